@@ -1,0 +1,140 @@
+"""SGLang's command line, its environment, the backend config and the container command, built once.
+
+Everything here is a list or a mapping; quoting for the shell happens only in `render.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from typing import Any
+
+import yaml
+
+from hicachectl import schema
+from hicachectl.model import PREFIX, field_name
+from hicachectl.tomlwriter import dumps as toml_dumps
+
+CONTAINER_CFG_DIR = "/cfg"
+
+# HiCache is what this product deploys: the flag is always on, placed where the HiCache flags start.
+_FIRST_HICACHE_VAR = "hicache_size_gb"
+# Rendered after the seed's flags so a seed's command line stays a prefix of ours.
+OBSERVABILITY = {"enable_metrics": "--enable-metrics", "enable_cache_report": "--enable-cache-report"}
+
+
+def flag_pairs(d) -> list[tuple[str, str | None]]:
+    """SGLang flags as (flag, value) pairs in catalogue order; value None for a boolean flag."""
+    pairs: list[tuple[str, str | None]] = []
+    for var in schema.VARIABLES:
+        if var.name == _FIRST_HICACHE_VAR:
+            pairs.append(("--enable-hierarchical-cache", None))
+        if var.flag is None:
+            continue
+        value = extra_config_arg(d) if var.name == "hicache_extra_config" else getattr(d, field_name(var.name))
+        if value is None or value is False:
+            continue
+        pairs.append((var.flag, None if value is True else str(value)))
+    for name, flag in OBSERVABILITY.items():
+        if getattr(d, name):
+            pairs.append((flag, None))
+    return pairs
+
+
+def sglang_argv(d) -> list[str]:
+    """The full argv start.sh execs: launcher, flags, then the free-form extra args."""
+    argv = list(d.launcher)
+    for flag, value in flag_pairs(d):
+        argv.append(flag)
+        if value is not None:
+            argv.append(value)
+    argv.extend(str(a) for a in d.extra_args)
+    return argv
+
+
+def server_args(d) -> list[str]:
+    """Only the SGLang arguments (no launcher): what SGLang's parser receives."""
+    return sglang_argv(d)[len(d.launcher):]
+
+
+def extra_config(d) -> dict | None:
+    return dict(d.extra_config) if d.extra_config else None
+
+
+def extra_config_arg(d) -> str | None:
+    """Inline JSON, or `@/cfg/<file>` when the config is written to a file."""
+    config = extra_config(d)
+    if config is None:
+        return None
+    if d.extra_config_file:
+        return "@" + posixpath.join(CONTAINER_CFG_DIR, d.extra_config_file)
+    return json.dumps(config)
+
+
+def extra_config_file_text(d) -> str | None:
+    config = extra_config(d)
+    if config is None or not d.extra_config_file:
+        return None
+    ext = posixpath.splitext(d.extra_config_file)[1].lower()
+    if ext == ".toml":
+        return toml_dumps(config)
+    if ext == ".json":
+        return json.dumps(config, indent=2) + "\n"
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def container_env(d) -> dict[str, str]:
+    """Environment inside the container: the backend's own variables, then the inventory's."""
+    env: dict[str, str] = {}
+    if d.storage_backend == "nixl" and d.cache_container_dir:
+        env["SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR"] = d.cache_container_dir
+    if d.storage_backend == "nixl" and d.nixl_plugin:
+        env["SGLANG_HICACHE_NIXL_BACKEND_PLUGIN"] = d.nixl_plugin
+    if d.storage_backend == "file" and d.cache_container_dir:
+        env["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] = d.cache_container_dir
+    env.update({str(k): _env_text(v) for k, v in d.container_env.items()})
+    return env
+
+
+def _env_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def container_run_groups(d) -> list[list[str]]:
+    """`<runtime> run ...` as groups of words; each group is one line of run.sh."""
+    groups: list[list[str]] = [
+        [d.container_runtime, "run", "--name", d.container_name, "-d"],
+        ["--network", "host", "--ipc", "host", "--gpus", d.container_gpus],
+        [w for k, v in d.container_ulimits.items() for w in ("--ulimit", f"{k}={v}")],
+    ]
+    if d.model_dir:
+        groups.append(["-v", f"{d.model_dir}:{d.model_path}:ro"])
+    if d.cache_dir:
+        groups.append(["-v", f"{d.cache_dir}:{d.cache_container_dir}:rw"])
+    groups.append(["-v", f"{d.cfg_dir}:{CONTAINER_CFG_DIR}:ro"])
+    groups.extend(["-e", f"{k}={v}"] for k, v in container_env(d).items())
+    if d.container_extra_args:
+        groups.append([str(a) for a in d.container_extra_args])
+    groups.append(["--entrypoint", "bash"])
+    groups.append([d.image, posixpath.join(CONTAINER_CFG_DIR, "start.sh")])
+    return [g for g in groups if g]
+
+
+def container_argv(d) -> list[str]:
+    return [word for group in container_run_groups(d) for word in group]
+
+
+def summary(d) -> dict[str, Any]:
+    """What `render --json` and reports show of one host."""
+    return {
+        "host": d.inventory_host,
+        "image": d.image,
+        "sglang_version": d.sglang_version,
+        "argv": sglang_argv(d),
+        "env": container_env(d),
+        "container": container_argv(d),
+        "extra_config": extra_config(d),
+        "vars": {k: v for k, v in d.as_vars().items() if k.startswith(PREFIX)},
+    }

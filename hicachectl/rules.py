@@ -1,0 +1,533 @@
+"""Cross-field validation of one host's variables, before any host is touched.
+
+Two passes: `check_variables` looks at the raw inventory values (unknown names, types, choices,
+pasted non-breaking spaces); when that pass finds no error, `check_deployment` checks the rules
+SGLang, NIXL, the storage and the host impose on the combination. Each finding names the host,
+the variable, the rule and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import ipaddress
+import math
+import posixpath
+import re
+from typing import Any, Callable, Iterable, Mapping
+
+from hicachectl import schema
+from hicachectl.model import PREFIX, build, version_tuple
+
+ERROR, WARNING = "error", "warning"
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    level: str
+    host: str
+    variable: str
+    rule: str
+    message: str
+    fix: str
+
+    def format(self, inventory: str = "") -> str:
+        where = f"inventory {inventory}, " if inventory else ""
+        return (f"{self.level.upper()} [{self.rule}] {where}host {self.host}, {self.variable}: "
+                f"{self.message} Fix: {self.fix}")
+
+    def as_dict(self) -> dict[str, str]:
+        return dataclasses.asdict(self)
+
+
+class _Collector:
+    def __init__(self, host: str):
+        self.host = host
+        self.findings: list[Finding] = []
+
+    def error(self, variable: str, rule: str, message: str, fix: str) -> None:
+        self.findings.append(Finding(ERROR, self.host, variable, rule, message, fix))
+
+    def warn(self, variable: str, rule: str, message: str, fix: str) -> None:
+        self.findings.append(Finding(WARNING, self.host, variable, rule, message, fix))
+
+
+def has_errors(findings: Iterable[Finding]) -> bool:
+    return any(f.level == ERROR for f in findings)
+
+
+def check_host(host: str, raw: Mapping[str, Any]) -> tuple[Any, list[Finding]]:
+    """Both passes for one host: (deployment or None when the variables are unusable, findings)."""
+    findings = check_variables(host, raw)
+    if has_errors(findings):
+        return None, findings
+    deployment = build(host, raw)
+    return deployment, findings + check_deployment(deployment)
+
+
+# --- pass 1: the variables themselves -------------------------------------------------------------
+
+_TYPE_WORDS = {"str": "a string", "int": "an integer", "float": "a number", "bool": "a boolean",
+               "list": "a list", "dict": "a mapping"}
+_SUSPECT_CHARS = {"\u00a0": "a non-breaking space (U+00A0)", "\u200b": "a zero-width space (U+200B)",
+                  "\u2013": "an en dash (U+2013)", "\u2014": "an em dash (U+2014)",
+                  "\u201c": "a curly quote (U+201C)", "\u201d": "a curly quote (U+201D)"}
+
+
+def _type_ok(kind: str, value: Any) -> bool:
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, {"str": str, "list": list, "dict": dict}[kind])
+
+
+def _strings(value: Any, path: str) -> Iterable[tuple[str, str]]:
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(k, f"{path}.{k}")
+            yield from _strings(v, f"{path}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _strings(v, f"{path}[{i}]")
+
+
+def check_variables(host: str, raw: Mapping[str, Any]) -> list[Finding]:
+    out = _Collector(host)
+    for name, value in raw.items():
+        if not name.startswith(PREFIX):
+            continue
+        var = schema.BY_NAME.get(name)
+        if var is None:
+            close = difflib.get_close_matches(name, schema.BY_NAME, n=1)
+            out.error(name, "unknown-variable", "is not a hicache-deploy variable, so it would be ignored.",
+                      f"rename it to {close[0]}." if close else "remove it, or see the README's variable list.")
+            continue
+        if value is None:
+            continue
+        if not _type_ok(var.type, value):
+            hint = ""
+            if var.type in ("bool", "int", "float") and isinstance(value, str):
+                hint = " Write it without quotes."
+            out.error(name, "type", f"is {type(value).__name__} {value!r}, expected {_TYPE_WORDS[var.type]}.",
+                      f"give {_TYPE_WORDS[var.type]}.{hint}")
+            continue
+        if var.choices and value not in var.choices:
+            close = difflib.get_close_matches(str(value), [str(c) for c in var.choices], n=1)
+            out.error(name, "choice", f"{value!r} is not one of {', '.join(map(str, var.choices))}.",
+                      f"use {close[0]!r}." if close else f"use one of {', '.join(map(str, var.choices))}.")
+        for path, text in _strings(value, name):
+            for char, what in _SUSPECT_CHARS.items():
+                if char in text:
+                    out.error(path, "pasted-character",
+                              f"contains {what}, usually copied from a web page; shells and parsers do not treat it as the character it looks like.",
+                              "retype the value with plain ASCII spaces, dashes and quotes.")
+            if "\x00" in text:
+                out.error(path, "nul-byte", "contains a NUL byte, which cannot pass through argv or env.", "remove it.")
+    for var in schema.VARIABLES:
+        if var.required and raw.get(var.name) is None:
+            out.error(var.name, "required", "is not set.", f"set {var.name} ({var.doc})")
+    return out.findings
+
+
+# --- pass 2: the combination ----------------------------------------------------------------------
+
+_RULES: list[Callable[[Any, _Collector], None]] = []
+
+
+def rule(fn: Callable[[Any, _Collector], None]) -> Callable[[Any, _Collector], None]:
+    _RULES.append(fn)
+    return fn
+
+
+def check_deployment(d) -> list[Finding]:
+    out = _Collector(d.inventory_host)
+    for fn in _RULES:
+        fn(d, out)
+    return out.findings
+
+
+@rule
+def _image_pinned(d, out):
+    image = d.image
+    if "@sha256:" in image:
+        return
+    tag = image.rsplit("/", 1)[-1].partition(":")[2]
+    if not tag or tag == "latest":
+        out.error("hicache_image", "image-pinned", f"{image!r} is not pinned to a version, so hosts may run different servers.",
+                  "name a version tag (e.g. lmsysorg/sglang:v0.5.20-cu130) or a digest (@sha256:...).")
+
+
+@rule
+def _sglang_version_known(d, out):
+    if d.sglang_version is None:
+        out.error("hicache_sglang_version", "sglang-version", f"cannot be read from the image {d.image!r}.",
+                  f"set hicache_sglang_version to one of {', '.join(schema.SGLANG_VERSIONS)}.")
+    elif d.sglang_version not in schema.SGLANG_VERSIONS:
+        out.error("hicache_sglang_version", "sglang-version", f"{d.sglang_version} is outside the versions this release was checked against.",
+                  f"use an image with SGLang {', '.join(schema.SGLANG_VERSIONS)}, or set hicache_sglang_version to the nearest of them if you know the flags match.")
+        return
+    else:
+        for var in schema.VARIABLES:
+            value = getattr(d, var.name[len(PREFIX):])
+            if var.min_sglang and value not in (None, False, [], {}) and version_tuple(d.sglang_version) < version_tuple(var.min_sglang):
+                out.error(var.name, "sglang-version", f"needs SGLang {var.min_sglang} or newer; the image has {d.sglang_version}.",
+                          f"remove {var.name} or use a newer image.")
+
+
+@rule
+def _served_name(d, out):
+    if d.served_model_name is not None and ":" in d.served_model_name:
+        out.error("hicache_served_model_name", "served-name-colon",
+                  f"{d.served_model_name!r} contains ':', which SGLang reserves for 'model:adapter' and refuses at start.",
+                  f"use {d.served_model_name.replace(':', '-')!r}.")
+    if d.served_model_name is None and d.storage_backend is not None:
+        out.warn("hicache_served_model_name", "served-name-stable",
+                 "is unset, so the model path becomes part of every L3 key; moving the weights invalidates the whole cache.",
+                 "set a stable served name.")
+
+
+@rule
+def _positive_sizes(d, out):
+    for name, low in (("tp_size", 1), ("pp_size", 1), ("dp_size", 1), ("attn_cp_size", 1), ("page_size", 1),
+                      ("context_length", 1), ("max_running_requests", 1), ("size_gb", 1)):
+        value = getattr(d, name)
+        if value is not None and value < low:
+            out.error(PREFIX + name, "range", f"is {value}; it must be at least {low}.", f"set it to {low} or more, or remove it.")
+    if d.port is not None and not 1 <= d.port <= 65535:
+        out.error("hicache_port", "range", f"{d.port} is not a TCP port.", "use a port from 1 to 65535.")
+    if d.mem_fraction_static is not None and not 0 < d.mem_fraction_static < 1:
+        out.error("hicache_mem_fraction_static", "range", f"{d.mem_fraction_static} is outside (0, 1).", "use e.g. 0.85.")
+    if d.host_memory_fraction is not None and not 0 < d.host_memory_fraction <= 1:
+        out.error("hicache_host_memory_fraction", "range", f"{d.host_memory_fraction} is outside (0, 1]; SGLang refuses it.", "use a value in (0, 1], e.g. 0.8.")
+    if d.ratio is not None and d.ratio <= 0:
+        out.error("hicache_ratio", "range", f"{d.ratio} must be positive.", "use e.g. 2.")
+
+
+@rule
+def _chunked_prefill(d, out):
+    chunk, page = d.chunked_prefill_size, d.page_size or 1
+    if chunk is not None and chunk == 0:
+        out.error("hicache_chunked_prefill_size", "chunked-prefill-page", "is 0.", "use a positive multiple of the page size, or -1 to disable chunking.")
+    elif chunk is not None and chunk > 0 and chunk % page:
+        out.error("hicache_chunked_prefill_size", "chunked-prefill-page",
+                  f"{chunk} is not a multiple of the page size {page}; SGLang refuses it at start.",
+                  f"use {max(page, chunk // page * page)} or another multiple of {page}, or -1.")
+
+
+@rule
+def _size_and_ratio(d, out):
+    if d.size_gb is not None and d.ratio is not None:
+        out.warn("hicache_ratio", "size-overrides-ratio", f"is ignored: hicache_size_gb={d.size_gb} sets the host pool.", "remove one of the two.")
+
+
+@rule
+def _host_memory_mode(d, out):
+    if d.host_memory_mode == "buffer_only":
+        if d.storage_backend is None:
+            out.error("hicache_host_memory_mode", "buffer-only-needs-storage",
+                      "buffer_only keeps nothing in host memory, so it needs an L3 tier; SGLang refuses it without one.",
+                      "set hicache_storage_backend, or use hicache_host_memory_mode: cache.")
+        if d.write_policy == "write_back":
+            out.error("hicache_write_policy", "buffer-only-write-back",
+                      "write_back with buffer_only is silently rewritten by SGLang to write_through.",
+                      "set hicache_write_policy: write_through, which is what would run.")
+
+
+# The io backend x layout pairs the MHA host pool runs (reference §3); SGLang rewrites some others.
+_WORKING_PAIRS = {"kernel": ("layer_first", "page_first", "page_head"), "direct": ("layer_first", "page_first_direct")}
+
+
+@rule
+def _io_layout(d, out):
+    io = d.io_backend or "kernel"
+    layout = d.mem_layout or "page_first"
+    if layout in _WORKING_PAIRS[io]:
+        return
+    if layout == "page_first" and io == "direct":
+        detail = "SGLang silently switches the layout to page_first_direct."
+        fix = "set hicache_mem_layout: page_first_direct with the direct io backend."
+    elif layout == "page_first_direct" and io == "kernel":
+        detail = "SGLang silently switches the io backend to direct."
+        fix = "set hicache_io_backend: direct with page_first_direct."
+    else:
+        detail = "the host pool does not run this pair."
+        fix = f"with io {io} use one of: {', '.join(_WORKING_PAIRS[io])}."
+    out.error("hicache_mem_layout", "io-layout-pair", f"layout {layout} with io backend {io}: {detail}", fix)
+
+
+_MANAGED_FLAGS = {v.flag: v.name for v in schema.VARIABLES if v.flag} | {
+    "--enable-hierarchical-cache": "(always on)", "--enable-hicache": "(always on)",
+    "--enable-metrics": "hicache_enable_metrics", "--enable-cache-report": "hicache_enable_cache_report"}
+_INCOMPATIBLE_FLAGS = {
+    "--disable-radix-cache": "HiCache needs the radix cache; SGLang refuses the combination.",
+    "--enable-lmcache": "LMCache and HiCache are exclusive; SGLang refuses the combination.",
+    "--enable-int8-mamba-checkpoint": "SGLang refuses it together with HiCache.",
+    "--enable-unified-cache-external-linker": "it is exclusive with --enable-hierarchical-cache.",
+}
+
+
+@rule
+def _extra_args(d, out):
+    for i, arg in enumerate(d.extra_args):
+        if not isinstance(arg, (str, int, float)) or isinstance(arg, bool):
+            out.error(f"hicache_extra_args[{i}]", "type", f"is {type(arg).__name__}; each extra argument is one word.", "quote it as a string.")
+            continue
+        flag = str(arg).split("=", 1)[0]
+        if flag in _INCOMPATIBLE_FLAGS:
+            out.error(f"hicache_extra_args[{i}]", "incompatible-flag", f"{flag}: {_INCOMPATIBLE_FLAGS[flag]}", f"remove {flag}.")
+        elif flag in _MANAGED_FLAGS:
+            out.error(f"hicache_extra_args[{i}]", "managed-flag", f"{flag} is rendered from {_MANAGED_FLAGS[flag]}; giving it twice makes the last one win silently.",
+                      f"remove it and set {_MANAGED_FLAGS[flag]}.")
+    if "--enable-kv-cache-sharding" in map(str, d.extra_args) and d.storage_backend:
+        out.error("hicache_extra_args", "incompatible-flag", "--enable-kv-cache-sharding cannot be used with an L3 storage backend.", "remove it or the storage backend.")
+
+
+@rule
+def _storage_backend_needs(d, out):
+    if d.storage_backend in ("file", "nixl") and not d.cache_dir:
+        out.error("hicache_cache_dir", "cache-dir-required", f"the {d.storage_backend} backend writes to a directory, and none is set.",
+                  "set hicache_cache_dir to the L3 mount point, e.g. /mnt/kvcache.")
+    if d.storage_backend is None and d.extra_config:
+        out.error("hicache_extra_config", "extra-config-without-backend", "is set but there is no storage backend to read it.",
+                  "set hicache_storage_backend or remove hicache_extra_config.")
+    if d.nixl_plugin and d.storage_backend != "nixl":
+        out.error("hicache_nixl_plugin", "nixl-plugin-without-nixl", f"is set but the storage backend is {d.storage_backend}.",
+                  "remove it, or set hicache_storage_backend: nixl.")
+    for name in ("cache_dir", "cache_container_dir", "model_dir", "cfg_dir", "base_dir"):
+        value = getattr(d, name)
+        if value and not posixpath.isabs(value):
+            out.error(PREFIX + name, "absolute-path", f"{value!r} is relative; it would depend on the directory a task runs in.", "give an absolute path.")
+
+
+_EXTRA_CONFIG_EXTENSIONS = (".json", ".toml", ".yaml", ".yml")
+
+
+@rule
+def _extra_config_file(d, out):
+    name = d.extra_config_file
+    if name is None:
+        return
+    if "/" in name or name in ("start.sh", "run.sh"):
+        out.error("hicache_extra_config_file", "extra-config-file", f"{name!r} must be a plain file name in the config directory.", "use e.g. nixl_backend_config.toml.")
+    ext = posixpath.splitext(name)[1].lower()
+    if ext not in _EXTRA_CONFIG_EXTENSIONS:
+        out.error("hicache_extra_config_file", "extra-config-file", f"SGLang reads only {', '.join(_EXTRA_CONFIG_EXTENSIONS)} files; {ext or 'no extension'} fails at start.",
+                  "name it *.toml, *.json or *.yaml.")
+    if ext == ".toml":
+        from hicachectl.tomlwriter import TomlError, dumps
+        try:
+            dumps(dict(d.extra_config))
+        except TomlError as exc:
+            out.error("hicache_extra_config", "extra-config-file", f"cannot be written as TOML: {exc}.", "use a .json or .yaml file name.")
+
+
+# Keys SGLang pops from the extra config and type-checks itself (parse_storage_backend_extra_config).
+_SGLANG_KEYS = {"prefetch_threshold": ("int",), "prefetch_timeout_base": ("int", "float"),
+                "prefetch_timeout_per_ki_token": ("int", "float"), "hicache_storage_pass_prefix_keys": ("bool",)}
+
+
+@rule
+def _extra_config_sglang_keys(d, out):
+    for key, kinds in _SGLANG_KEYS.items():
+        if key in d.extra_config and not any(_type_ok(k, d.extra_config[key]) for k in kinds):
+            out.error(f"hicache_extra_config.{key}", "extra-config-type",
+                      f"is {type(d.extra_config[key]).__name__} {d.extra_config[key]!r}; SGLang requires {' or '.join(_TYPE_WORDS[k] for k in kinds)} and refuses to start.",
+                      f"give {_TYPE_WORDS[kinds[0]]} without quotes.")
+
+
+# NIXL plugin parameters (ai-dynamo/nixl); SGLang hands each one to NIXL as str(value).
+_NIXL_TOP_LEVEL = {"use_direct_io", "l3_cleaner_enabled", "l3_cleaner_high_watermark", "l3_cleaner_low_watermark"}
+_NIXL_BOOL_WORDS = {"y", "yes", "on", "1", "true", "enable", "n", "no", "off", "0", "false", "disable"}
+_NIXL_POSIX_BOOLS = ("use_aio", "use_uring", "use_posix_aio")
+_NIXL_POSIX_RANGES = {"ios_pool_size": (64, 65536), "kernel_queue_size": (16, 1024)}
+_NIXL_SECTIONS = {"posix", "gds_mt", "gds", "hf3fs", "obj"}
+
+
+def _nixl_plugin_params(d, out, plugin: str, params: Mapping[str, Any], where: str) -> None:
+    plugin = plugin.upper()
+    for key, value in params.items():
+        path = f"{where}.{key}"
+        if key in _NIXL_POSIX_BOOLS:
+            if plugin not in ("POSIX", "AUTO"):
+                out.error(path, "nixl-param-plugin", f"is a POSIX plugin parameter but the plugin is {plugin}.", "remove it or select the POSIX plugin.")
+            if isinstance(value, bool):
+                if value:
+                    out.warn(path, "nixl-bool-text", "is a JSON boolean, which reaches NIXL as the text 'True'; NIXL releases that compare with 'true' or '1' exactly then ignore it.",
+                             'write the string "true" to be sure (the seed documents use the boolean).')
+            elif not isinstance(value, str) or value.lower() not in _NIXL_BOOL_WORDS:
+                out.error(path, "nixl-param-type", f"{value!r} is not a value NIXL reads as a boolean; the backend fails to start.",
+                          "use true or false.")
+        elif key in _NIXL_POSIX_RANGES:
+            low, high = _NIXL_POSIX_RANGES[key]
+            if not _type_ok("int", value):
+                out.error(path, "nixl-param-type", f"{value!r} is not an integer.", f"use an integer from {low} to {high}.")
+            elif not low <= value <= high:
+                out.warn(path, "nixl-param-range", f"{value} is outside {low}-{high}; NIXL clamps it.", f"use a value from {low} to {high}.")
+        elif key == "thread_count":
+            if plugin not in ("GDS_MT", "AUTO"):
+                out.error(path, "nixl-param-plugin", f"is a GDS_MT parameter but the plugin is {plugin}.", "remove it or select GDS_MT.")
+            if not _type_ok("int", value) or value < 1:
+                out.error(path, "nixl-param-type", f"{value!r} is not a positive integer.", "use e.g. 32.")
+        elif key in ("batch_pool_size", "batch_limit", "max_request_size", "iopool_size"):
+            if not _type_ok("int", value) or value < 1:
+                out.error(path, "nixl-param-type", f"{value!r} is not a positive integer.", "use a positive integer.")
+        elif key == "active":
+            if value not in (True, "true", "True") and value not in (False, "false", "False"):
+                out.error(path, "nixl-param-type", f"{value!r}: SGLang treats only true/'true'/'True' as active.", "use true or false.")
+        elif isinstance(value, (dict, list)):
+            out.error(path, "nixl-param-type", "is nested; NIXL parameters are flat text values.", "give a scalar value.")
+
+
+@rule
+def _nixl_config(d, out):
+    if d.storage_backend != "nixl":
+        return
+    config = d.extra_config
+    if "use_direct_io" in config and not isinstance(config["use_direct_io"], bool):
+        out.error("hicache_extra_config.use_direct_io", "nixl-param-type", f"{config['use_direct_io']!r}: SGLang takes bool(value), so any non-empty text means true.",
+                  "use true or false without quotes.")
+    if "l3_cleaner_enabled" in config and not isinstance(config["l3_cleaner_enabled"], bool):
+        out.error("hicache_extra_config.l3_cleaner_enabled", "nixl-param-type", "must be a real boolean; SGLang raises ValueError otherwise.", "use true or false without quotes.")
+    for key in ("l3_cleaner_high_watermark", "l3_cleaner_low_watermark"):
+        if key in config and not _type_ok("float", config[key]):
+            out.error(f"hicache_extra_config.{key}", "nixl-param-type", f"{config[key]!r} is not a number.", "use a percentage such as 80.")
+    if "plugin" in config:
+        sections = config["plugin"]
+        if not isinstance(sections, dict) or not sections:
+            out.error("hicache_extra_config.plugin", "nixl-plugin-section", "must map plugin names to their parameters.", "e.g. plugin: {gds_mt: {thread_count: 32, active: true}}.")
+            return
+        if d.nixl_plugin:
+            out.warn("hicache_nixl_plugin", "nixl-plugin-ignored", "is ignored: SGLang takes the plugin from the 'plugin' section of the extra config.", "remove hicache_nixl_plugin.")
+        active = [name for name, params in sections.items() if isinstance(params, dict) and params.get("active", False) in (True, "true", "True")]
+        if not active:
+            out.error("hicache_extra_config.plugin", "nixl-plugin-section", "has no section with active: true; SGLang then fails to pick a plugin.", "add active: true to the plugin to use.")
+        for name, params in sections.items():
+            if name not in _NIXL_SECTIONS:
+                close = difflib.get_close_matches(name, _NIXL_SECTIONS, n=1)
+                out.error(f"hicache_extra_config.plugin.{name}", "nixl-plugin-section", f"is not a NIXL file plugin ({', '.join(sorted(_NIXL_SECTIONS))}).",
+                          f"use {close[0]}." if close else "use one of those names (3FS is hf3fs).")
+            elif isinstance(params, dict):
+                _nixl_plugin_params(d, out, name, params, f"hicache_extra_config.plugin.{name}")
+    else:
+        params = {k: v for k, v in config.items() if k not in _NIXL_TOP_LEVEL and k not in _SGLANG_KEYS}
+        _nixl_plugin_params(d, out, d.nixl_plugin or "auto", params, "hicache_extra_config")
+
+
+_DYNAMIC_REQUIRED = ("backend_name", "module_path", "class_name")
+
+
+@rule
+def _dynamic_backend(d, out):
+    if d.storage_backend != "dynamic":
+        return
+    for key in _DYNAMIC_REQUIRED:
+        if not isinstance(d.extra_config.get(key), str) or not d.extra_config.get(key):
+            out.error(f"hicache_extra_config.{key}", "dynamic-backend", "is required by SGLang's dynamic backend loader.",
+                      f"set {key} (the ADP card: backend_name xkv, module_path xkv_sglang_hicache, class_name XkvHiCacheStorage).")
+    if d.extra_config.get("backend_name") == "xkv":
+        _xkv_limits(d, out)
+
+
+def _xkv_limits(d, out):
+    for name, flag in (("pp_size", "pipeline parallelism"), ("dp_size", "data parallelism"), ("attn_cp_size", "context parallelism")):
+        value = getattr(d, name)
+        if value is not None and value > 1:
+            out.error(PREFIX + name, "xkv-limits", f"{flag} {value}: the ADP backend supports tensor parallelism only and refuses to start.", f"set {PREFIX + name}: 1.")
+    if d.enable_dp_attention:
+        out.error("hicache_enable_dp_attention", "xkv-limits", "DP attention is not supported by the ADP backend.", "set it to false.")
+    if d.extra_config.get("hicache_storage_pass_prefix_keys") is not True:
+        out.warn("hicache_extra_config.hicache_storage_pass_prefix_keys", "xkv-prefix-keys",
+                 "is not true, so the ADP backend cannot find the dialog of a page.", "set it to true.")
+    namespace = d.extra_config.get("key_namespace")
+    if isinstance(namespace, str) and len(namespace.encode()) > 64:
+        out.error("hicache_extra_config.key_namespace", "xkv-limits", "is longer than 64 bytes.", "shorten it.")
+    max_io = d.extra_config.get("max_io_bytes")
+    if max_io is not None and (not _type_ok("int", max_io) or max_io > 131072):
+        out.error("hicache_extra_config.max_io_bytes", "xkv-limits", f"{max_io!r}: the card takes at most 131072 bytes in one transfer.", "keep 131072.")
+
+
+@rule
+def _host_pool_fits(d, out):
+    if d.host_ram_gb is None or d.size_gb is None:
+        return
+    ranks = d.tp_size or 1
+    pool = d.size_gb * ranks
+    available = d.host_ram_gb - d.host_ram_headroom_gb
+    if pool > available:
+        out.error("hicache_size_gb", "host-pool-ram",
+                  f"{d.size_gb} GB x {ranks} TP ranks = {pool} GB of pinned host pool, but the host has {d.host_ram_gb} GB and keeps {d.host_ram_headroom_gb} GB free; SGLang stops with 'Not enough host memory available'.",
+                  f"lower hicache_size_gb to {max(available // ranks, 0)} or less.")
+
+
+# --- storage -------------------------------------------------------------------------------------
+
+def remote_port_count(spec: str | None) -> int | None:
+    """Count VAST `remoteports`: 'a-b' ranges joined by '~'; None for 'dns' or unparsable."""
+    if not spec or spec == "dns":
+        return None
+    total = 0
+    for part in spec.split("~"):
+        first, _, last = part.partition("-")
+        try:
+            low = ipaddress.ip_address(first)
+            high = ipaddress.ip_address(last) if last else low
+        except ValueError:
+            return None
+        if int(high) < int(low):
+            return None
+        total += int(high) - int(low) + 1
+    return total
+
+
+@rule
+def _storage(d, out):
+    kind = d.storage_type
+    if kind in ("vast", "netapp"):
+        for name in ("storage_server", "storage_export"):
+            if not getattr(d, name):
+                out.error(PREFIX + name, "storage-required", f"is required for a {kind} mount.", f"set {PREFIX + name}.")
+        if not d.cache_dir:
+            out.error("hicache_cache_dir", "storage-required", f"a {kind} mount needs a mount point.", "set hicache_cache_dir.")
+    if kind == "netapp":
+        if d.storage_nconnect is not None:
+            out.error("hicache_storage_nconnect", "pnfs-nconnect",
+                      "NetApp pNFS and session trunking do not work properly together with nconnect (ONTAP docs).",
+                      "remove hicache_storage_nconnect; pNFS spreads I/O over the data LIFs itself.")
+        if d.storage_remoteports or d.storage_localports:
+            out.error("hicache_storage_remoteports", "vast-only-option", "remoteports/localports are options of the VAST NFS driver.", "remove them for NetApp.")
+        if d.storage_rsize is not None and d.storage_rsize > 65536:
+            out.warn("hicache_storage_rsize", "netapp-rdma-rsize", f"{d.storage_rsize}: ONTAP reports unstable performance above 64 KiB over RDMA.", "use 65536.")
+    if kind == "local" and (d.storage_nconnect or d.storage_remoteports or d.storage_localports):
+        out.error("hicache_storage_type", "nfs-option-on-local", "NFS options are set but the L3 tier is local.", "remove them, or set hicache_storage_type: vast or netapp.")
+    if kind == "vast":
+        _vast(d, out)
+
+
+def _vast(d, out):
+    ports = remote_port_count(d.storage_remoteports)
+    if d.storage_remoteports and d.storage_remoteports != "dns" and ports is None:
+        out.error("hicache_storage_remoteports", "remoteports-syntax", f"{d.storage_remoteports!r} is not 'dns' or IP ranges like 172.16.0.1-172.16.0.8~172.16.1.1-172.16.1.8.",
+                  "fix the ranges.")
+    if d.storage_localports and not d.storage_remoteports:
+        out.error("hicache_storage_localports", "localports-needs-remoteports", "localports only applies to a multipath mount.", "set hicache_storage_remoteports too.")
+    nconnect = d.storage_nconnect
+    if nconnect is None:
+        return
+    if nconnect < 1:
+        out.error("hicache_storage_nconnect", "range", f"{nconnect} must be at least 1.", "use e.g. 8.")
+        return
+    if ports and nconnect % ports:
+        out.warn("hicache_storage_nconnect", "nconnect-ports", f"{nconnect} connections over {ports} remote ports load them unevenly.",
+                 f"use a multiple of {ports}, e.g. {max(ports, round(nconnect / ports) * ports)}.")
+    if d.storage_link_gbps:
+        per_100g = d.storage_link_gbps / 100
+        low, high = max(1, math.floor(2 * per_100g)), max(8, math.ceil(8 * per_100g))
+        if nconnect < low:
+            out.warn("hicache_storage_nconnect", "nconnect-link", f"{nconnect} is below VAST's RDMA guidance of 2 per 100 Gb/s ({low} for {d.storage_link_gbps} Gb/s).", f"use at least {low}.")
+        elif nconnect > high:
+            out.warn("hicache_storage_nconnect", "nconnect-link", f"{nconnect} is above even VAST's TCP guidance of 8 per 100 Gb/s ({high} for {d.storage_link_gbps} Gb/s).", f"use at most {high}.")
