@@ -1,0 +1,3 @@
+from hicachectl.cli import app
+
+app(prog_name="hicachectl")

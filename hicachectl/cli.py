@@ -1,0 +1,164 @@
+"""hicachectl: deploy SGLang HiCache servers. Each command validates, calls the core, reports.
+
+Exit codes: 0 ok, 1 invalid inventory or a failed host, 2 usage (unknown inventory, bad option).
+Heavy imports (Ansible, Jinja) happen inside the commands so `--help` stays instant.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+from typing import Optional
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.split("\n")[0],
+                  pretty_exceptions_enable=False)
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+InventoryOpt = typer.Option(..., "--inventory", "-i", help="Inventory name under inventories/, or a path.")
+LimitOpt = typer.Option(None, "--limit", "-l", help="Only these hosts (an Ansible host pattern).")
+JsonOpt = typer.Option(False, "--json", help="Machine-readable output on stdout.")
+
+
+def _say(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+def _load(inventory: str, limit: Optional[str]):
+    from hicachectl import inventory as inv
+
+    try:
+        return inv.load(inventory, limit)
+    except inv.InventoryError as exc:
+        _say(f"error: {exc}")
+        raise typer.Exit(EXIT_USAGE) from exc
+
+
+def _check(inventory: str, limit: Optional[str]):
+    """Load and check every host; nothing is contacted. Returns (inventory, deployments, findings)."""
+    from hicachectl import rules
+
+    inv = _load(inventory, limit)
+    deployments, findings = {}, []
+    for host, variables in inv.hosts.items():
+        deployment, host_findings = rules.check_host(host, variables)
+        deployments[host] = deployment
+        findings.extend(host_findings)
+    return inv, deployments, findings
+
+
+def _print_findings(inv, findings) -> None:
+    for finding in findings:
+        _say(finding.format(inv.name))
+
+
+@app.command()
+def validate(inventory: str = InventoryOpt, limit: Optional[str] = LimitOpt, json: bool = JsonOpt) -> None:
+    """Check every host's variables against SGLang's, NIXL's and the storage's rules. Touches no host."""
+    from hicachectl import report, rules
+
+    inv, deployments, findings = _check(inventory, limit)
+    ok = not rules.has_errors(findings)
+    if json:
+        report.emit_json({"inventory": inv.name, "path": str(inv.path), "ok": ok, "hosts": sorted(deployments),
+                          "findings": [f.as_dict() for f in findings]})
+    else:
+        _print_findings(inv, findings)
+        errors = sum(f.level == rules.ERROR for f in findings)
+        typer.echo(f"inventory {inv.name}: {len(deployments)} host(s), {errors} error(s), {len(findings) - errors} warning(s)"
+                   + (": valid." if ok else ": invalid, nothing was deployed."))
+    raise typer.Exit(EXIT_OK if ok else EXIT_INVALID)
+
+
+@app.command()
+def render(inventory: str = InventoryOpt, host: Optional[str] = typer.Option(None, "--host", help="Only this host."),
+           out: Optional[pathlib.Path] = typer.Option(None, "--out", help="Write <out>/<host>/<file> instead of printing."),
+           json: bool = JsonOpt) -> None:
+    """Show (or write) the exact start.sh, run.sh and backend config each host would receive."""
+    from hicachectl import launch, render as rendering, report, rules
+
+    inv, deployments, findings = _check(inventory, host)
+    if rules.has_errors(findings):
+        _print_findings(inv, findings)
+        _say("invalid inventory: nothing rendered.")
+        raise typer.Exit(EXIT_INVALID)
+    payload = {}
+    for name, deployment in deployments.items():
+        files = rendering.files(deployment)
+        payload[name] = dict(launch.summary(deployment), files={f.name: f.content for f in files})
+        if out is not None:
+            target = out / name
+            target.mkdir(parents=True, exist_ok=True)
+            for f in files:
+                (target / f.name).write_text(f.content)
+                (target / f.name).chmod(int(f.mode, 8))
+            _say(f"{name}: wrote {', '.join(f.name for f in files)} to {target}")
+        elif not json:
+            for f in files:
+                typer.echo(f"==> {name}/{f.name} <==\n{f.content}")
+    if json:
+        report.emit_json({"inventory": inv.name, "hosts": payload})
+
+
+@app.command()
+def init(profile: str = typer.Option(..., help="One of the shipped inventories: vast, netapp, adp, local."),
+         hosts: str = typer.Option(..., help="Comma-separated host names."),
+         out: pathlib.Path = typer.Option(..., help="New inventory directory.")) -> None:
+    """Start a new inventory from a profile."""
+    from hicachectl import scaffold
+
+    try:
+        written = scaffold.init(profile, [h.strip() for h in hosts.split(",") if h.strip()], out)
+    except scaffold.ScaffoldError as exc:
+        _say(f"error: {exc}")
+        raise typer.Exit(EXIT_USAGE) from exc
+    for path in written:
+        typer.echo(f"wrote {path}")
+    typer.echo(f"next: edit {out}/group_vars/all.yml, then `hicachectl validate --inventory {out}`.")
+
+
+@app.command()
+def plan(inventory: str = InventoryOpt, limit: Optional[str] = LimitOpt, json: bool = JsonOpt,
+         diff: bool = typer.Option(True, "--diff/--no-diff", help="Show the content of each planned change.")) -> None:
+    """Dry run: what a deploy would change on each host (Ansible check mode with diff). Changes nothing."""
+    _run("site.yml", inventory, limit, json, check=True, show_diff=diff, verb="would change")
+
+
+def _run(playbook: str, inventory: str, limit: Optional[str], json: bool, *, check: bool, show_diff: bool, verb: str) -> None:
+    from hicachectl import report, rules, runner
+
+    inv, deployments, findings = _check(inventory, limit)
+    if rules.has_errors(findings):
+        _print_findings(inv, findings)
+        _say("invalid inventory: no host was contacted.")
+        raise typer.Exit(EXIT_INVALID)
+
+    def progress(host: str, task: str, status: str) -> None:
+        if status != "ok":
+            _say(f"  {host}: {task} ... {status}")
+
+    _say(f"{'checking' if check else 'running'} {playbook} on {len(deployments)} host(s) of {inv.name}")
+    result = runner.run_playbook(playbook, inv.path, limit=limit, check=check, diff=show_diff or check, progress=progress)
+    if json:
+        report.emit_json({"inventory": inv.name, "check": check, "ok": result.succeeded,
+                          "hosts": {h: r.as_dict() for h, r in sorted(result.hosts.items())}})
+    else:
+        for name, host in sorted(result.hosts.items()):
+            for change in host.changes:
+                typer.echo(f"{name}: {verb}: {change.task}" + (f" [{change.item}]" if change.item else ""))
+                if show_diff:
+                    for entry in change.diff:
+                        text = report.unified_diff(entry)
+                        if text:
+                            typer.echo(text.rstrip("\n"))
+        typer.echo("")
+        typer.echo(report.table(["host", "status", "ok", "changed", "failed", "skipped", "reason"],
+                                [[h.host, verb if check and h.status == "changed" else h.status, h.ok, h.changed, h.failed, h.skipped, "; ".join(h.reasons)]
+                                 for h in sorted(result.hosts.values(), key=lambda r: r.host)]))
+    raise typer.Exit(EXIT_OK if result.succeeded else EXIT_INVALID)
+
+
+def main() -> None:  # pragma: no cover
+    sys.exit(app())

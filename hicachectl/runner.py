@@ -1,0 +1,157 @@
+"""Run a playbook through ansible-runner and turn its events into per-host results."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import sys
+import tempfile
+from typing import Any, Callable
+
+from hicachectl.inventory import PROJECT_ROOT
+
+PLAYBOOKS = PROJECT_ROOT / "playbooks"
+ANSIBLE_CFG = PROJECT_ROOT / "ansible.cfg"
+
+
+@dataclasses.dataclass
+class Change:
+    task: str
+    item: str | None
+    diff: list[dict[str, Any]]
+
+
+@dataclasses.dataclass
+class HostResult:
+    host: str
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    unreachable: bool = False
+    reasons: list[str] = dataclasses.field(default_factory=list)
+    changes: list[Change] = dataclasses.field(default_factory=list)
+    skips: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        if self.unreachable:
+            return "unreachable"
+        if self.failed:
+            return "failed"
+        return "changed" if self.changed else "ok"
+
+    def as_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["status"] = self.status
+        return out
+
+
+@dataclasses.dataclass
+class RunResult:
+    rc: int
+    hosts: dict[str, HostResult]
+
+    @property
+    def succeeded(self) -> bool:
+        return self.rc == 0 and not any(h.failed or h.unreachable for h in self.hosts.values())
+
+
+Progress = Callable[[str, str, str], None]  # host, task, status
+
+
+def _item_label(res: dict[str, Any]) -> str | None:
+    label = res.get("_ansible_item_label", res.get("item"))
+    if isinstance(label, dict):
+        label = label.get("name", str(label))
+    return None if label is None else str(label)
+
+
+class _Collector:
+    def __init__(self, progress: Progress | None):
+        self.hosts: dict[str, HostResult] = {}
+        self.progress = progress
+
+    def host(self, name: str) -> HostResult:
+        return self.hosts.setdefault(name, HostResult(name))
+
+    def __call__(self, event: dict[str, Any]) -> bool:
+        kind = event.get("event", "")
+        data = event.get("event_data", {})
+        host_name = data.get("host")
+        task = data.get("task", "")
+        res = data.get("res") or {}
+        if kind == "playbook_on_stats":
+            self._stats(data)
+        elif host_name and kind in ("runner_on_ok", "runner_item_on_ok"):
+            if res.get("changed") and "results" not in res:
+                self.host(host_name).changes.append(Change(task, _item_label(res) if kind == "runner_item_on_ok" else None, _diffs(res)))
+            self._tell(host_name, task, "changed" if res.get("changed") else "ok")
+        elif host_name and kind in ("runner_on_failed", "runner_item_on_failed") and not data.get("ignore_errors"):
+            self.host(host_name).reasons.append(f"{task}: {_message(res)}")
+            self._tell(host_name, task, "failed")
+        elif host_name and kind == "runner_on_unreachable":
+            self.host(host_name).reasons.append(f"unreachable: {_message(res)}")
+            self._tell(host_name, task, "unreachable")
+        elif host_name and kind == "runner_on_skipped":
+            reason = res.get("skip_reason") or "skipped"
+            condition = res.get("false_condition")
+            self.host(host_name).skips.append(f"{task}: {reason}" + (f" ({condition})" if condition else ""))
+        return True
+
+    def _tell(self, host: str, task: str, status: str) -> None:
+        if self.progress:
+            self.progress(host, task, status)
+
+    def _stats(self, data: dict[str, Any]) -> None:
+        for field, attr in (("ok", "ok"), ("changed", "changed"), ("failures", "failed"), ("skipped", "skipped")):
+            for host, count in (data.get(field) or {}).items():
+                setattr(self.host(host), attr, count)
+        for host in data.get("dark") or {}:
+            self.host(host).unreachable = True
+
+
+def _diffs(res: dict[str, Any]) -> list[dict[str, Any]]:
+    diff = res.get("diff") or []
+    return diff if isinstance(diff, list) else [diff]
+
+
+def _message(res: dict[str, Any]) -> str:
+    msg = res.get("msg") or res.get("stderr") or res.get("reason") or "failed"
+    if isinstance(msg, list):
+        msg = "; ".join(map(str, msg))
+    return str(msg).strip()
+
+
+def run_playbook(playbook: str, inventory: pathlib.Path, *, limit: str | None = None, check: bool = False,
+                 diff: bool = False, extravars: dict[str, Any] | None = None, tags: str | None = None,
+                 progress: Progress | None = None) -> RunResult:
+    import ansible_runner
+
+    cmdline = []
+    if check:
+        cmdline.append("--check")
+    if diff:
+        cmdline.append("--diff")
+    collector = _Collector(progress)
+    with tempfile.TemporaryDirectory(prefix="hicachectl-") as private:
+        result = ansible_runner.run(
+            private_data_dir=private,
+            project_dir=str(PLAYBOOKS),
+            playbook=str(PLAYBOOKS / playbook),
+            inventory=str(inventory),
+            limit=limit,
+            tags=tags,
+            extravars=extravars or {},
+            cmdline=" ".join(cmdline) or None,
+            # ansible-runner starts from this process's environment; these are ours. The Ansible
+            # installed beside this Python runs, even when its venv is not activated.
+            envvars={"ANSIBLE_CONFIG": str(ANSIBLE_CFG), "ANSIBLE_NOCOLOR": "1",
+                     "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])},
+            event_handler=collector,
+            quiet=True,
+            suppress_env_files=True,
+        )
+    return RunResult(rc=result.rc if result.rc is not None else 1, hosts=collector.hosts)
+
