@@ -41,15 +41,23 @@ def flag_pairs(d) -> list[tuple[str, str | None]]:
     return pairs
 
 
+def flag_words(flag: str, value: str | None) -> list[str]:
+    """`--flag value` as words; `--flag=value` when argparse would read the value as an option."""
+    if value is None:
+        return [flag]
+    if value.startswith("-"):
+        return [f"{flag}={value}"]
+    return [flag, value]
+
+
+def argv_groups(d) -> list[list[str]]:
+    """The argv start.sh execs, grouped as it is laid out: launcher, one group per flag, extra args."""
+    groups = [list(d.launcher)] + [flag_words(flag, value) for flag, value in flag_pairs(d)]
+    return groups + [[str(a)] for a in d.extra_args]
+
+
 def sglang_argv(d) -> list[str]:
-    """The full argv start.sh execs: launcher, flags, then the free-form extra args."""
-    argv = list(d.launcher)
-    for flag, value in flag_pairs(d):
-        argv.append(flag)
-        if value is not None:
-            argv.append(value)
-    argv.extend(str(a) for a in d.extra_args)
-    return argv
+    return [word for group in argv_groups(d) for word in group]
 
 
 def server_args(d) -> list[str]:

@@ -25,15 +25,6 @@ def shell_word(word: str) -> str:
     return shlex.quote(str(word))
 
 
-def flag_word(flag: str, value: str | None) -> str:
-    """`--flag value`, or `--flag=value` when argparse would read the value as an option."""
-    if value is None:
-        return flag
-    if value.startswith("-"):
-        return shell_word(f"{flag}={value}")
-    return f"{flag} {shell_word(value)}"
-
-
 @functools.lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -48,9 +39,7 @@ def _environment() -> jinja2.Environment:
 
 
 def _start_sh(d) -> str:
-    command = [" ".join(shell_word(w) for w in d.launcher)]
-    command += [flag_word(flag, value) for flag, value in launch.flag_pairs(d)]
-    command += [shell_word(a) for a in d.extra_args]
+    command = [" ".join(shell_word(w) for w in group) for group in launch.argv_groups(d)]
     return _environment().get_template("start.sh.j2").render(host=d.inventory_host, command=command)
 
 

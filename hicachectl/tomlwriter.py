@@ -5,7 +5,6 @@ Python reads TOML (tomllib) but cannot write it; a tested 40-line writer beats a
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -16,8 +15,24 @@ class TomlError(ValueError):
     pass
 
 
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
+def _string(text: str) -> str:
+    """A TOML basic string: quote, backslash and control characters (DEL included) escaped."""
+    out = []
+    for char in text:
+        if char in _ESCAPES:
+            out.append(_ESCAPES[char])
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            out.append(f"\\u{ord(char):04X}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
 def _key(key: str) -> str:
-    return key if _BARE_KEY.match(key) else json.dumps(key)
+    return key if _BARE_KEY.match(key) else _string(key)
 
 
 def _value(value: Any, where: str) -> str:
@@ -26,7 +41,7 @@ def _value(value: Any, where: str) -> str:
     if isinstance(value, (int, float)):
         return repr(value)
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)  # a JSON string is a valid TOML basic string
+        return _string(value)
     if isinstance(value, list):
         return "[" + ", ".join(_value(v, where) for v in value) + "]"
     raise TomlError(f"{where}: {type(value).__name__} values cannot be written to TOML")

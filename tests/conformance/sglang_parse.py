@@ -135,7 +135,7 @@ def check(request, workdir):
             if field in given and value != getattr(sa, field) and not source.startswith("conformance:"):
                 rewrites[field] = {"given": getattr(sa, field), "resolved": value, "by": source}
     result["rewrites"] = rewrites
-    result["args"] = {k: _jsonable(v) for k, v in vars(sa).items() if not k.startswith("_")}
+    result["args"] = {k: _jsonable(getattr(sa, k)) for k in type(sa).__struct_fields__}
     raw = sa.hicache_storage_backend_extra_config
     if raw:
         try:

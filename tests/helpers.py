@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+import functools
+
+from hicachectl import inventory, render, rules
+
+
+@functools.lru_cache(maxsize=None)
+def _host_vars(name: str) -> tuple[str, dict]:
+    inv = inventory.load(name)
+    host, variables = next(iter(inv.hosts.items()))
+    return host, variables
+
+
+def deployment(name: str, **overrides):
+    """The first host of a shipped inventory, with variables overridden; must be valid."""
+    host, variables = _host_vars(name)
+    merged = {**variables, **{f"hicache_{k}": v for k, v in overrides.items()}}
+    d, findings = rules.check_host(host, merged)
+    assert d is not None and not rules.has_errors(findings), [f.format() for f in findings]
+    return d
+
+
+def rendered(d) -> dict[str, str]:
+    return {f.name: f.content for f in render.files(d)}
+
+
+SEED_EXACT = {"enable_metrics": False, "enable_cache_report": False}
