@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pathlib
 import sys
-from typing import Optional
 
 import typer
 
@@ -26,7 +25,7 @@ def _say(message: str) -> None:
     typer.echo(message, err=True)
 
 
-def _load(inventory: str, limit: Optional[str]):
+def _load(inventory: str, limit: str | None):
     from hicachectl import inventory as inv
 
     try:
@@ -36,7 +35,7 @@ def _load(inventory: str, limit: Optional[str]):
         raise typer.Exit(EXIT_USAGE) from exc
 
 
-def _check(inventory: str, limit: Optional[str]):
+def _check(inventory: str, limit: str | None):
     """Load and check every host; nothing is contacted. Returns (inventory, deployments, findings)."""
     from hicachectl import rules
 
@@ -55,7 +54,7 @@ def _print_findings(inv, findings) -> None:
 
 
 @app.command()
-def validate(inventory: str = InventoryOpt, limit: Optional[str] = LimitOpt, json: bool = JsonOpt) -> None:
+def validate(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bool = JsonOpt) -> None:
     """Check every host's variables against SGLang's, NIXL's and the storage's rules. Touches no host."""
     from hicachectl import report, rules
 
@@ -73,11 +72,12 @@ def validate(inventory: str = InventoryOpt, limit: Optional[str] = LimitOpt, jso
 
 
 @app.command()
-def render(inventory: str = InventoryOpt, host: Optional[str] = typer.Option(None, "--host", help="Only this host."),
-           out: Optional[pathlib.Path] = typer.Option(None, "--out", help="Write <out>/<host>/<file> instead of printing."),
+def render(inventory: str = InventoryOpt, host: str | None = typer.Option(None, "--host", help="Only this host."),
+           out: pathlib.Path | None = typer.Option(None, "--out", help="Write <out>/<host>/<file> instead of printing."),
            json: bool = JsonOpt) -> None:
     """Show (or write) the exact start.sh, run.sh and backend config each host would receive."""
-    from hicachectl import launch, render as rendering, report, rules
+    from hicachectl import launch, report, rules
+    from hicachectl import render as rendering
 
     inv, deployments, findings = _check(inventory, host)
     if rules.has_errors(findings):
@@ -120,13 +120,13 @@ def init(profile: str = typer.Option(..., help="One of the shipped inventories: 
 
 
 @app.command()
-def plan(inventory: str = InventoryOpt, limit: Optional[str] = LimitOpt, json: bool = JsonOpt,
+def plan(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bool = JsonOpt,
          diff: bool = typer.Option(True, "--diff/--no-diff", help="Show the content of each planned change.")) -> None:
     """Dry run: what a deploy would change on each host (Ansible check mode with diff). Changes nothing."""
     _run("site.yml", inventory, limit, json, check=True, show_diff=diff, verb="would change")
 
 
-def _run(playbook: str, inventory: str, limit: Optional[str], json: bool, *, check: bool, show_diff: bool, verb: str) -> None:
+def _run(playbook: str, inventory: str, limit: str | None, json: bool, *, check: bool, show_diff: bool, verb: str) -> None:
     from hicachectl import report, rules, runner
 
     inv, deployments, findings = _check(inventory, limit)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from hicachectl import schema
 

@@ -13,8 +13,8 @@ import difflib
 import ipaddress
 import math
 import posixpath
-import re
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from hicachectl import schema
 from hicachectl.model import PREFIX, build, version_tuple
@@ -460,7 +460,8 @@ def _host_pool_fits(d, out):
     available = d.host_ram_gb - d.host_ram_headroom_gb
     if pool > available:
         out.error("hicache_size_gb", "host-pool-ram",
-                  f"{d.size_gb} GB x {ranks} TP ranks = {pool} GB of pinned host pool, but the host has {d.host_ram_gb} GB and keeps {d.host_ram_headroom_gb} GB free; SGLang stops with 'Not enough host memory available'.",
+                  f"{d.size_gb} GB x {ranks} TP ranks = {pool} GB of pinned host pool, but the host has {d.host_ram_gb} GB "
+                  f"and keeps {d.host_ram_headroom_gb} GB free; SGLang stops with 'Not enough host memory available'.",
                   f"lower hicache_size_gb to {max(available // ranks, 0)} or less.")
 
 

@@ -7,7 +7,8 @@ import os
 import pathlib
 import sys
 import tempfile
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from hicachectl.inventory import PROJECT_ROOT
 

@@ -5,7 +5,7 @@ import functools
 from hicachectl import inventory, render, rules
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _host_vars(name: str) -> tuple[str, dict]:
     inv = inventory.load(name)
     host, variables = next(iter(inv.hosts.items()))

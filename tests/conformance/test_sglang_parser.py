@@ -74,7 +74,7 @@ def test_every_host_of_every_shipped_inventory_passes(sglang_parse, name):
     for d in deployments:
         by_version.setdefault(parser_version(d.sglang_version), []).append(d)
     for version, group in by_version.items():
-        for d, result in zip(group, sglang_parse(version, [request_for(d) for d in group])):
+        for d, result in zip(group, sglang_parse(version, [request_for(d) for d in group]), strict=True):
             assert_accepted(result, f"{name}/{d.inventory_host} with SGLang {version}")
             args = result["args"]
             assert args["enable_hierarchical_cache"] is True
@@ -140,7 +140,7 @@ def test_values_reach_sglangs_parsed_arguments_byte_for_byte(sglang_parse, value
         argv = seeds.launched(seeds.run_recorded(rendered(d)["start.sh"]))["argv"]
         requests.append({"argv": argv})
         expected.append((served, model))
-    for (served, model), result in zip(expected, sglang_parse("0.5.21", requests)):
+    for (served, model), result in zip(expected, sglang_parse("0.5.21", requests), strict=True):
         assert_accepted(result, repr((served, model)))
         assert (result["args"]["served_model_name"], result["args"]["model_path"]) == (served, model)
 

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The project's venv (.venv) with hicachectl and its test tools. Idempotent: re-runs skip pip when
+# pyproject.toml has not changed since the last successful install.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+python="${PYTHON:-python3}"
+if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "install: $python is $("$python" --version 2>&1); hicache-deploy needs Python 3.11 or newer" >&2
+  exit 1
+fi
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+stamp=".venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+  rm -f .venv/.installed-*
+  touch "$stamp"
+fi

@@ -1,0 +1,94 @@
+"""Real ansible-playbook runs of site.yml on this machine (connection local), into a temporary base dir."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+from conftest import ROOT, cli, cli_json
+
+ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+
+
+def playbook(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([ANSIBLE_PLAYBOOK, "-i", "inventories/local", "playbooks/site.yml", *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def recap(stdout: str) -> dict[str, int]:
+    line = re.search(r"^localhost\s*:(.*)$", stdout, re.M).group(1)
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line)}
+
+
+@pytest.fixture
+def base(tmp_path) -> pathlib.Path:
+    return tmp_path / "hicache"
+
+
+def test_converge_then_second_run_changes_nothing(base):
+    first = playbook("-e", f"hicache_base_dir={base}")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert recap(first.stdout)["changed"] == 2  # the cfg dir task, the copy task (start.sh, run.sh)
+    start = (base / "cfg/start.sh").read_text()
+    assert "--hicache-storage-backend file" in start and os.access(base / "cfg/start.sh", os.X_OK)
+    second = playbook("-e", f"hicache_base_dir={base}")
+    assert second.returncode == 0 and recap(second.stdout)["changed"] == 0, second.stdout
+
+
+def test_an_existing_script_is_backed_up_not_lost(base):
+    (base / "cfg").mkdir(parents=True)
+    (base / "cfg/start.sh").write_text("#!/bin/sh\n# hand-made\n")
+    run = playbook("-e", f"hicache_base_dir={base}")
+    assert run.returncode == 0, run.stdout
+    backups = [p for p in (base / "cfg").iterdir() if p.name.startswith("start.sh.") and p.name != "start.sh"]
+    assert [b.read_text() for b in backups] == ["#!/bin/sh\n# hand-made\n"]
+
+
+def test_check_mode_reports_and_changes_nothing(base):
+    run = playbook("--check", "--diff", "-e", f"hicache_base_dir={base}")
+    assert run.returncode == 0, run.stdout
+    assert recap(run.stdout)["changed"] == 2 and f"+++ after: {base}/cfg/start.sh" in run.stdout
+    assert not base.exists()
+
+
+def test_plan_shows_the_planned_files_and_touches_nothing(tmp_path, base):
+    inventory = tmp_path / "inv"
+    cli("init", "--profile", "local", "--hosts", "localhost", "--out", str(inventory), check_rc=0)
+    group_vars = inventory / "group_vars/all.yml"
+    group_vars.write_text(group_vars.read_text() + f"\nhicache_base_dir: {base}\n")
+    proc = cli("plan", "--inventory", str(inventory), check_rc=0)
+    assert "localhost: would change: Install start.sh, run.sh and the backend config [start.sh]" in proc.stdout
+    assert "+  --hicache-storage-backend file" in proc.stdout
+    assert re.search(r"^localhost\s+would change\s+\d+\s+2\s+0", proc.stdout, re.M), proc.stdout
+    assert not base.exists()
+    report = cli_json("plan", "--inventory", str(inventory), "--no-diff")
+    host = report["hosts"]["localhost"]
+    assert report["ok"] and report["check"] and host["changed"] == 2 and host["status"] == "changed"
+    assert [c["item"] for c in host["changes"]] == [None, "start.sh", "run.sh"]
+
+
+def test_plan_of_the_builtin_local_inventory():
+    """README command 1's last step, exactly: it succeeds here and shows the files for localhost."""
+    before = os.path.exists("/opt/sglang-hicache")
+    proc = cli("plan", "--inventory", "local", check_rc=0)
+    assert "/opt/sglang-hicache/cfg/start.sh" in proc.stdout
+    assert os.path.exists("/opt/sglang-hicache") == before
+
+
+def test_syntax_check_of_every_playbook():
+    for path in sorted((ROOT / "playbooks").glob("*.yml")):
+        proc = subprocess.run([ANSIBLE_PLAYBOOK, "--syntax-check", "-i", "inventories/local", str(path)],
+                              cwd=ROOT, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+
+
+def test_argument_specs_match_the_catalogue():
+    proc = subprocess.run([sys.executable, "-m", "hicachectl.schema"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, "argument_specs drifted from hicachectl/schema.py; run python -m hicachectl.schema --write\n" + proc.stdout
+    specs = yaml.safe_load((ROOT / "roles/sglang_server/meta/argument_specs.yml").read_text())
+    assert specs["argument_specs"]["main"]["options"]["hicache_image"]["required"] is True
