@@ -126,6 +126,14 @@ def plan(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bool
     _run("site.yml", inventory, limit, json, check=True, show_diff=diff, verb="would change")
 
 
+@app.command()
+def deploy(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bool = JsonOpt,
+           check: bool = typer.Option(False, "--check", help="Dry run, as `plan`."),
+           diff: bool = typer.Option(False, "--diff/--no-diff", help="Show the content of each change.")) -> None:
+    """Validate, then bring every host to the inventory's state. A failed host does not stop the others."""
+    _run("site.yml", inventory, limit, json, check=check, show_diff=diff or check, verb="would change" if check else "changed")
+
+
 def _run(playbook: str, inventory: str, limit: str | None, json: bool, *, check: bool, show_diff: bool, verb: str) -> None:
     from hicachectl import report, rules, runner
 

@@ -1,31 +1,24 @@
 from __future__ import annotations
 
-import json
-import os
 import pathlib
-import subprocess
 import sys
 
 import pytest
+from support import SHARED
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
-
-
-def cli(*args: str, check_rc: int | None = None, env: dict | None = None, cwd: str | None = None) -> subprocess.CompletedProcess:
-    """Run the real `hicachectl` in a fresh process, as a user would."""
-    proc = subprocess.run([sys.executable, "-m", "hicachectl", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, cwd=cwd or ROOT, timeout=600)
-    if check_rc is not None:
-        assert proc.returncode == check_rc, f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    return proc
-
-
-def cli_json(*args: str, check_rc: int | None = 0) -> dict:
-    return json.loads(cli(*args, "--json", check_rc=check_rc).stdout)
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "infra"))
+from fleet import Fleet  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def shared() -> pathlib.Path:
     assert SHARED.is_dir(), f"{SHARED} is missing: the seed documents live in ../shared beside the checkout"
     return SHARED
+
+
+@pytest.fixture(scope="module")
+def fleet3(tmp_path_factory):
+    """Three test hosts reached over SSH (tests/infra/fleet.py)."""
+    fleet = Fleet(tmp_path_factory.mktemp("fleet"), 3).up()
+    yield fleet
+    fleet.down()

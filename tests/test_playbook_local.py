@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import ROOT, cli, cli_json
+from support import ROOT, cli, cli_json
 
 ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 

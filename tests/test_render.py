@@ -7,11 +7,11 @@ import sys
 import tomllib
 
 import seeds
-from conftest import ROOT, cli, cli_json
 from helpers import deployment, rendered
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import NASTY, SERVED_NAME
+from support import ROOT, cli, cli_json
 
 from hicachectl import launch, tomlwriter
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import ROOT, cli, cli_json
+from support import ROOT, cli, cli_json
 
 VALID = yaml.safe_load((ROOT / "inventories/vast/group_vars/all.yml").read_text())
 ADP = yaml.safe_load((ROOT / "inventories/adp/group_vars/all.yml").read_text())

@@ -1,0 +1,75 @@
+"""A fleet of test hosts (systemd containers reached over real SSH on 127.0.0.1) and its inventory."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+
+import yaml
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+TESTHOST = str(HERE / "testhost.sh")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Fleet:
+    def __init__(self, workdir: pathlib.Path, count: int, prefix: str = "hicache-fleet"):
+        self.workdir = workdir
+        self.key = workdir / "id_ed25519"
+        self.hosts = {f"{prefix}-{os.getpid()}-{i + 1}": free_port() for i in range(count)}
+
+    def up(self) -> Fleet:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if not self.key.exists():
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.key)], check=True)
+        subprocess.run([str(HERE / "base_image.sh")], check=True, stdout=subprocess.DEVNULL)  # build once, not per host
+        with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
+            for done in [pool.submit(self._run, "up", name, str(port), str(self.key)) for name, port in self.hosts.items()]:
+                done.result()
+        return self
+
+    def stop(self, name: str) -> None:
+        self._run("stop", name)
+
+    def start(self, name: str) -> None:
+        self._run("start", name)
+
+    def down(self) -> None:
+        self._run("down", *self.hosts)
+
+    def inventory(self, profile: str = "local", extra_vars: dict | None = None, name: str = "inventory") -> pathlib.Path:
+        """An inventory of these hosts with a shipped profile's variables (connection: SSH as root)."""
+        path = self.workdir / name
+        if path.exists():
+            shutil.rmtree(path)
+        shutil.copytree(ROOT / "inventories" / profile / "group_vars", path / "group_vars")
+        (path / "host_vars").mkdir()
+        hosts = {name: {"ansible_host": "127.0.0.1", "ansible_port": port} for name, port in self.hosts.items()}
+        connection = {"ansible_user": "root", "ansible_ssh_private_key_file": str(self.key),
+                      "ansible_python_interpreter": "/usr/bin/python3"}
+        inventory = {"all": {"vars": connection, "children": {"hicache_servers": {"hosts": hosts}}}}
+        (path / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
+        if extra_vars:  # group_vars/all/ holds the profile's file and, last, the test's
+            (path / "group_vars" / "all").mkdir()
+            (path / "group_vars" / "all.yml").rename(path / "group_vars" / "all" / "00_profile.yml")
+            (path / "group_vars" / "all" / "zz_test.yml").write_text(yaml.safe_dump(extra_vars))
+        return path
+
+    def ssh(self, name: str, command: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["ssh", "-q", "-i", str(self.key), "-p", str(self.hosts[name]), "-o", "BatchMode=yes",
+                               "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "root@127.0.0.1", command],
+                              capture_output=True, text=True, timeout=60)
+
+    @staticmethod
+    def _run(*args: str) -> None:
+        subprocess.run([TESTHOST, *args], check=True)
