@@ -72,4 +72,4 @@ class Fleet:
 
     @staticmethod
     def _run(*args: str) -> None:
-        subprocess.run([TESTHOST, *args], check=True)
+        subprocess.run([TESTHOST, *args], check=True, stdout=subprocess.DEVNULL)

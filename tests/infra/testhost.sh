@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Test hosts: systemd containers with sshd published on 127.0.0.1, reached with one SSH key.
-#   testhost.sh up NAME PORT KEY      start (or replace) NAME; wait until root@127.0.0.1:PORT answers over SSH
+#   testhost.sh up NAME PORT KEY      start (or replace) NAME; wait until root@127.0.0.1:PORT answers over SSH;
+#                                     PORT 0 lets podman choose; the port is printed
 #   testhost.sh stop NAME | start NAME   take a host away and bring it back (same port, same state)
 #   testhost.sh down NAME...          remove hosts
 #   testhost.sh clean                 remove every test host left by an interrupted run
@@ -24,9 +25,12 @@ case "${1:-}" in
     name="$2" port="$3" key="$4"
     image="$("$here/base_image.sh" | tail -n 1)"
     podman rm -f -t 0 "$name" >/dev/null 2>&1 || true
+    [ "$port" != 0 ] || port=""
     podman run -d --name "$name" --hostname "$name" --label "$label" \
-      -p "127.0.0.1:$port:22" -v "$key.pub:/root/.ssh/authorized_keys:ro,Z" "$image" >/dev/null
+      -p "127.0.0.1:$port:22" -v "$key.pub:/root/.ssh/authorized_keys:ro" "$image" >/dev/null
+    port="$(podman port "$name" 22/tcp | head -n 1 | sed 's/.*://')"
     wait_ssh "$port" "$key"
+    echo "$port"
     ;;
   stop) podman stop -t 5 "$2" >/dev/null ;;
   start)
