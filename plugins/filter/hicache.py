@@ -20,6 +20,11 @@ def hicache_findings(hostvars, host):
     return [dict(f.as_dict(), text=f.format()) for f in findings]
 
 
+def hicache_fleet_findings(all_hostvars, hosts):
+    """Findings for every host of the play at once: one task on the controller instead of one per host."""
+    return [finding for host in hosts for finding in hicache_findings(all_hostvars[host], host)]
+
+
 def hicache_files(hostvars, host):
     """The host's config directory and the files it holds; refuses invalid variables."""
     deployment, findings = rules.check_host(host, _hicache_vars(hostvars))
@@ -34,4 +39,4 @@ def hicache_files(hostvars, host):
 
 class FilterModule:
     def filters(self):
-        return {"hicache_findings": hicache_findings, "hicache_files": hicache_files}
+        return {"hicache_findings": hicache_findings, "hicache_fleet_findings": hicache_fleet_findings, "hicache_files": hicache_files}
