@@ -127,6 +127,39 @@ def plan(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bool
 
 
 @app.command()
+def doctor(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bool = JsonOpt) -> None:
+    """What each host has (OS, GPUs, NICs, RDMA, NFS client, runtime, RAM, disk) against what its inventory needs.
+
+    Exit 0: nothing required is missing; 1: a required item is missing; 2: a host could not be checked.
+    """
+    from hicachectl import report, rules, runner
+
+    inv, deployments, findings = _check(inventory, limit)
+    if rules.has_errors(findings):
+        _print_findings(inv, findings)
+        raise typer.Exit(EXIT_INVALID)
+    result = runner.run_playbook("doctor.yml", inv.path, limit=limit)
+    hosts = sorted(deployments)
+    reports = {h: result.hosts[h].facts.get("__hicache_preflight") if h in result.hosts else None for h in hosts}
+    unchecked = {h: "; ".join(result.hosts[h].reasons) if h in result.hosts else "not run" for h, r in reports.items() if r is None}
+    missing = {h: r["required_missing"] for h, r in reports.items() if r and r["required_missing"]}
+    code = 2 if unchecked else (EXIT_INVALID if missing else EXIT_OK)
+    if json:
+        report.emit_json({"inventory": inv.name, "exit_code": code, "hosts": {h: r or {"error": unchecked[h]} for h, r in reports.items()}})
+        raise typer.Exit(code)
+    items = list(dict.fromkeys(c["item"] for r in reports.values() if r for c in r["checks"]))
+    cells = {h: {c["item"]: c["status"] + (" (required)" if c["blocking"] else "") for c in r["checks"]} for h, r in reports.items() if r}
+    typer.echo(report.table(["item"] + hosts, [[item] + [cells.get(h, {}).get(item, "-" if h in cells else "?") for h in hosts] for item in items]))
+    for host, r in reports.items():
+        for c in (r or {}).get("checks", []):
+            if c["status"] not in ("ok", "info"):
+                typer.echo(f"{host}: {c['item']}: {c['detail']}" + (" [required by the inventory]" if c["blocking"] else ""))
+    for host, reason in unchecked.items():
+        typer.echo(f"{host}: could not be checked: {reason}")
+    raise typer.Exit(code)
+
+
+@app.command()
 def deploy(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bool = JsonOpt,
            check: bool = typer.Option(False, "--check", help="Dry run, as `plan`."),
            diff: bool = typer.Option(False, "--diff/--no-diff", help="Show the content of each change.")) -> None:

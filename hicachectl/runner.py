@@ -34,6 +34,7 @@ class HostResult:
     reasons: list[str] = dataclasses.field(default_factory=list)
     changes: list[Change] = dataclasses.field(default_factory=list)
     skips: list[str] = dataclasses.field(default_factory=list)
+    facts: dict[str, Any] = dataclasses.field(default_factory=dict)  # what set_fact / modules returned as ansible_facts
 
     @property
     def status(self) -> str:
@@ -86,6 +87,8 @@ class _Collector:
         if kind == "playbook_on_stats":
             self._stats(data)
         elif host_name and kind in ("runner_on_ok", "runner_item_on_ok"):
+            if isinstance(res.get("ansible_facts"), dict) and not data.get("delegated_host"):
+                self.host(host_name).facts.update(res["ansible_facts"])
             if res.get("changed") and "results" not in res:
                 self.host(host_name).changes.append(Change(task, _item_label(res) if kind == "runner_item_on_ok" else None, _diffs(res)))
             self._tell(host_name, task, "changed" if res.get("changed") else "ok")

@@ -90,6 +90,7 @@ VARIABLES: tuple[Var, ...] = (
     _v("hicache_host_ram_gb", "int", None, "Host RAM in GB when known before deployment; the rules check the host pool against it.", role="preflight"),
     _v("hicache_host_ram_headroom_gb", "int", 64, "RAM kept free for the OS, the runtime and SGLang's own process beside the host pool.", role="preflight"),
     _v("hicache_strict", "bool", False, "Fail (rather than skip with a reason) when hardware or tools the inventory relies on are missing.", role="preflight"),
+    _v("hicache_preflight_min_free_gb", "int", 10, "Free space the filesystem of hicache_base_dir must have.", role="preflight"),
     # --- the L3 storage mount ------------------------------------------------------------------
     _v("hicache_storage_type", "str", "local", "What holds the L3 directory.", choices=("vast", "netapp", "local"), role="storage"),
     _v("hicache_storage_server", "str", None, "NFS server (VAST VIP or DNS name, NetApp LIF).", role="storage"),
@@ -100,6 +101,19 @@ VARIABLES: tuple[Var, ...] = (
     _v("hicache_storage_link_gbps", "int", None, "Line rate of one storage NIC port, for the nconnect sanity check.", role="storage"),
     _v("hicache_storage_rsize", "int", None, "rsize/wsize in bytes (NetApp over RDMA: at most 65536).", role="storage"),
     _v("hicache_storage_options", "list", [], "Further mount options, appended as given.", role="storage"),
+    _v("hicache_storage_device", "str", None, "Local tier: a block device (or UUID=...) to mount at hicache_cache_dir; None uses the directory as it is.", role="storage"),
+    _v("hicache_storage_fstype", "str", "xfs", "Local tier: filesystem of hicache_storage_device.", role="storage"),
+    _v("hicache_storage_mount_timeout", "int", 60, "Seconds systemd waits for the mount at boot (x-systemd.mount-timeout); with nofail a storage outage never blocks boot.", role="storage"),
+    _v("hicache_storage_read_ahead_kb", "int", 8192, "NFS read-ahead in KiB, persistent through nfsrahead (/etc/nfs.conf.d) and applied to the live mount.", role="storage"),
+    _v("hicache_storage_sunrpc_slots", "int", 128, "sunrpc TCP slot table entries (module options and live sysctl).", role="storage"),
+    _v("hicache_cache_owner", "str", "root", "Owner of hicache_cache_dir.", role="storage"),
+    _v("hicache_cache_group", "str", "root", "Group of hicache_cache_dir.", role="storage"),
+    _v("hicache_cache_mode", "str", "0755", "Mode of hicache_cache_dir.", role="storage"),
+    # --- host limits -------------------------------------------------------------------------------
+    _v("hicache_limits_memlock", "str", "unlimited", "memlock for login sessions (limits.d) and the runtime service (LimitMEMLOCK); 'unlimited' or KiB.", role="host_limits"),
+    _v("hicache_limits_runtime_service", "str", None, "systemd service of the container runtime that gets LimitMEMLOCK (default: docker.service with docker, none with podman).", role="host_limits"),
+    _v("hicache_limits_restart_runtime", "bool", False, "Restart the runtime service when its limit changes; off by default because it stops running containers.", role="host_limits"),
+    _v("hicache_host_sysctls", "dict", {}, "Further sysctls, persisted in /etc/sysctl.d/90-hicache.conf and applied.", role="host_limits"),
 )
 
 BY_NAME: dict[str, Var] = {v.name: v for v in VARIABLES}

@@ -15,8 +15,10 @@ from support import ROOT, cli, cli_json
 ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 
 
-def playbook(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([ANSIBLE_PLAYBOOK, "-i", "inventories/local", "playbooks/site.yml", *args],
+def playbook(base: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
+    """site.yml on this machine with every path the roles write under `base`."""
+    return subprocess.run([ANSIBLE_PLAYBOOK, "-i", "inventories/local", "playbooks/site.yml",
+                           "-e", f"hicache_base_dir={base}", "-e", f"hicache_cache_dir={base}/l3", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
@@ -31,28 +33,29 @@ def base(tmp_path) -> pathlib.Path:
 
 
 def test_converge_then_second_run_changes_nothing(base):
-    first = playbook("-e", f"hicache_base_dir={base}")
+    first = playbook(base)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert recap(first.stdout)["changed"] == 2  # the cfg dir task, the copy task (start.sh, run.sh)
+    assert recap(first.stdout)["changed"] == 3  # the L3 dir, the cfg dir, the copy task (start.sh, run.sh)
+    assert (base / "l3").is_dir()
     start = (base / "cfg/start.sh").read_text()
     assert "--hicache-storage-backend file" in start and os.access(base / "cfg/start.sh", os.X_OK)
-    second = playbook("-e", f"hicache_base_dir={base}")
+    second = playbook(base)
     assert second.returncode == 0 and recap(second.stdout)["changed"] == 0, second.stdout
 
 
 def test_an_existing_script_is_backed_up_not_lost(base):
     (base / "cfg").mkdir(parents=True)
     (base / "cfg/start.sh").write_text("#!/bin/sh\n# hand-made\n")
-    run = playbook("-e", f"hicache_base_dir={base}")
+    run = playbook(base)
     assert run.returncode == 0, run.stdout
     backups = [p for p in (base / "cfg").iterdir() if p.name.startswith("start.sh.") and p.name != "start.sh"]
     assert [b.read_text() for b in backups] == ["#!/bin/sh\n# hand-made\n"]
 
 
 def test_check_mode_reports_and_changes_nothing(base):
-    run = playbook("--check", "--diff", "-e", f"hicache_base_dir={base}")
+    run = playbook(base, "--check", "--diff")
     assert run.returncode == 0, run.stdout
-    assert recap(run.stdout)["changed"] == 2 and f"+++ after: {base}/cfg/start.sh" in run.stdout
+    assert recap(run.stdout)["changed"] == 3 and f"+++ after: {base}/cfg/start.sh" in run.stdout
     assert not base.exists()
 
 
@@ -60,24 +63,24 @@ def test_plan_shows_the_planned_files_and_touches_nothing(tmp_path, base):
     inventory = tmp_path / "inv"
     cli("init", "--profile", "local", "--hosts", "localhost", "--out", str(inventory), check_rc=0)
     group_vars = inventory / "group_vars/all.yml"
-    group_vars.write_text(group_vars.read_text() + f"\nhicache_base_dir: {base}\n")
+    group_vars.write_text(group_vars.read_text() + f"\nhicache_base_dir: {base}\nhicache_cache_dir: {base}/l3\n")
     proc = cli("plan", "--inventory", str(inventory), check_rc=0)
     assert "localhost: would change: Install start.sh, run.sh and the backend config [start.sh]" in proc.stdout
     assert "+  --hicache-storage-backend file" in proc.stdout
-    assert re.search(r"^localhost\s+would change\s+\d+\s+2\s+0", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^localhost\s+would change\s+\d+\s+3\s+0", proc.stdout, re.M), proc.stdout
     assert not base.exists()
     report = cli_json("plan", "--inventory", str(inventory), "--no-diff")
     host = report["hosts"]["localhost"]
-    assert report["ok"] and report["check"] and host["changed"] == 2 and host["status"] == "changed"
-    assert [c["item"] for c in host["changes"]] == [None, "start.sh", "run.sh"]
+    assert report["ok"] and report["check"] and host["changed"] == 3 and host["status"] == "changed"
+    assert [c["item"] for c in host["changes"]] == [None, None, "start.sh", "run.sh"]
 
 
 def test_plan_of_the_builtin_local_inventory():
     """README command 1's last step, exactly: it succeeds here and shows the files for localhost."""
-    before = os.path.exists("/opt/sglang-hicache")
+    before = {p: os.path.exists(p) for p in ("/opt/sglang-hicache", "/mnt/nvme/sglang-hicache")}
     proc = cli("plan", "--inventory", "local", check_rc=0)
     assert "/opt/sglang-hicache/cfg/start.sh" in proc.stdout
-    assert os.path.exists("/opt/sglang-hicache") == before
+    assert {p: os.path.exists(p) for p in before} == before
 
 
 def test_syntax_check_of_every_playbook():

@@ -4,14 +4,23 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from hicachectl import render, rules
+from hicachectl import hoststate, preflight, render, rules, storage
 from hicachectl.inventory import plain
 from hicachectl.model import PREFIX
 
 
-def _hicache_vars(hostvars):
-    """A host's `hicache_*` variables, templated (reading a hostvars item templates it)."""
-    return plain({name: hostvars[name] for name in list(hostvars) if name.startswith(PREFIX)})
+def _hicache_vars(variables):
+    """The `hicache_*` items of a mapping: the hicache_vars lookup's result, or hostvars[host]
+    (reading a hostvars item templates it)."""
+    return plain({name: variables[name] for name in list(variables) if name.startswith(PREFIX)})
+
+
+def _deployment(hostvars, host):
+    deployment, findings = rules.check_host(host, _hicache_vars(hostvars))
+    errors = [f.format() for f in findings if f.level == rules.ERROR]
+    if errors:
+        raise AnsibleFilterError("invalid hicache variables:\n" + "\n".join(errors))
+    return deployment
 
 
 def hicache_findings(hostvars, host):
@@ -27,16 +36,50 @@ def hicache_fleet_findings(all_hostvars, hosts):
 
 def hicache_files(hostvars, host):
     """The host's config directory and the files it holds; refuses invalid variables."""
-    deployment, findings = rules.check_host(host, _hicache_vars(hostvars))
-    errors = [f.format() for f in findings if f.level == rules.ERROR]
-    if errors:
-        raise AnsibleFilterError("invalid hicache variables:\n" + "\n".join(errors))
+    deployment = _deployment(hostvars, host)
     return {
         "cfg_dir": deployment.cfg_dir,
         "files": [{"name": f.name, "content": f.content, "mode": f.mode} for f in render.files(deployment)],
     }
 
 
+def hicache_settings(hostvars, host):
+    """Every variable of the host with defaults applied and paths resolved."""
+    return _deployment(hostvars, host).as_vars()
+
+
+def hicache_preflight(hostvars, host, facts, ansible_version=None):
+    return preflight.report(plain(facts), _deployment(hostvars, host), ansible_version)
+
+
+def hicache_storage(hostvars, host, facts):
+    """Everything the storage role does on this host, decided here."""
+    d = _deployment(hostvars, host)
+    mount = storage.mount(d)
+    can_mount, why = preflight.can_mount(plain(facts), d) if mount else (True, "")
+    return {
+        "cache_dir": d.cache_dir, "owner": d.cache_owner, "group": d.cache_group, "mode": d.cache_mode,
+        "mount": None if mount is None else {"source": mount.source, "point": mount.point, "fstype": mount.fstype,
+                                             "options": ",".join(mount.options), "fstab_line": mount.fstab_line},
+        "can_mount": can_mount, "cannot_mount_reason": why, "strict": bool(d.strict),
+        "nfs": storage.is_nfs(d), "read_ahead_kb": d.storage_read_ahead_kb, "sunrpc_slots": d.storage_sunrpc_slots,
+        "nfsrahead_conf": storage.nfsrahead_conf(d), "sunrpc_conf": storage.sunrpc_modprobe_conf(d),
+        "sysctls": storage.rp_filter_sysctls(d),
+    }
+
+
+def hicache_mount_state(mountinfo_text, plan):
+    """The live mount at the plan's mount point: problems ([] = as wanted) and its read-ahead file."""
+    mount = plan.get("mount")
+    if not mount:
+        return {"mounted": False, "problems": [], "read_ahead_path": None}
+    entry = hoststate.mount_at(hoststate.parse_mountinfo(mountinfo_text), mount["point"])
+    problems = hoststate.compare_mount(entry, tuple(mount["options"].split(",")), mount["source"], mount["fstype"])
+    return {"mounted": entry is not None, "problems": problems,
+            "read_ahead_path": hoststate.bdi_read_ahead_path(entry) if entry is not None else None}
+
+
 class FilterModule:
     def filters(self):
-        return {"hicache_findings": hicache_findings, "hicache_fleet_findings": hicache_fleet_findings, "hicache_files": hicache_files}
+        return {f.__name__: f for f in (hicache_findings, hicache_fleet_findings, hicache_files, hicache_settings, hicache_preflight,
+                                        hicache_storage, hicache_mount_state)}

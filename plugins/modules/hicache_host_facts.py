@@ -1,0 +1,151 @@
+#!/usr/bin/python
+"""Read (never change) what a GPU host has: OS, kernel, GPUs, NICs, RDMA, NFS client, tools, memory, disk.
+
+The judgement of these facts against an inventory lives on the controller (hicachectl/preflight.py);
+this module only looks, so it is safe in check mode and on any host.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: hicache_host_facts
+short_description: Read what a GPU host has for hicache-deploy
+description: Reads OS, kernel, GPUs, network interfaces, RDMA devices, NFS client support, tools, memory and free disk.
+options:
+  disk_path:
+    description: Report free space of the filesystem holding this path (its nearest existing parent).
+    type: str
+    default: /
+author: hicache-deploy
+"""
+
+RETURN = r"""
+hicache_host: {description: The facts, returned: always, type: dict}
+"""
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+
+from ansible.module_utils.basic import AnsibleModule
+
+TOOLS = ("nvidia-smi", "ethtool", "mlnx_qos", "setpci", "lspci", "mount.nfs", "nfsrahead", "docker", "podman",
+         "nvidia-ctk", "nvidia-container-runtime", "ip", "sysctl")
+TOOL_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/libexec")
+KERNEL_MODULES = ("nfs", "nfsv3", "nfsv4", "rpcrdma", "sunrpc", "mlx5_core", "mlx5_ib", "nvidia")
+
+
+def read(path, default=None):
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except OSError:
+        return default
+
+
+def which(tool):
+    found = shutil.which(tool)
+    if found:
+        return found
+    for directory in TOOL_DIRS:
+        candidate = os.path.join(directory, tool)
+        if os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def os_release():
+    out = {}
+    for line in (read("/etc/os-release", "") or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key] = value.strip().strip('"')
+    return {"id": out.get("ID"), "version_id": out.get("VERSION_ID"), "pretty": out.get("PRETTY_NAME")}
+
+
+def kernel_modules(release):
+    """Loaded (/sys/module) or installable (listed in modules.dep) for the running kernel."""
+    loaded = set(os.listdir("/sys/module")) if os.path.isdir("/sys/module") else set()
+    available = set()
+    dep = read(f"/lib/modules/{release}/modules.dep", "") or ""
+    for line in dep.splitlines():
+        name = os.path.basename(line.split(":", 1)[0]).split(".ko", 1)[0].replace("-", "_")
+        available.add(name)
+    builtin = read(f"/lib/modules/{release}/modules.builtin", "") or ""
+    for line in builtin.splitlines():
+        available.add(os.path.basename(line).split(".ko", 1)[0].replace("-", "_"))
+    return {m: {"loaded": m in loaded, "available": m in loaded or m in available} for m in KERNEL_MODULES}
+
+
+def interfaces():
+    out = []
+    base = "/sys/class/net"
+    for name in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        device = os.path.join(base, name, "device")
+        driver = os.path.basename(os.path.realpath(os.path.join(device, "driver"))) if os.path.exists(os.path.join(device, "driver")) else None
+        out.append({
+            "name": name,
+            "driver": driver,
+            "pci_vendor": read(os.path.join(device, "vendor")),
+            "pci_address": os.path.basename(os.path.realpath(device)) if os.path.exists(device) else None,
+            "mtu": int(read(os.path.join(base, name, "mtu"), "0") or 0),
+            "numa_node": read(os.path.join(device, "numa_node")),
+            "local_cpulist": read(os.path.join(device, "local_cpulist")),
+            "operstate": read(os.path.join(base, name, "operstate")),
+            "speed_mbps": read(os.path.join(base, name, "speed")),
+        })
+    return out
+
+
+def gpus(nvidia_smi):
+    if not nvidia_smi:
+        return {"count": 0, "names": [], "error": None}
+    try:
+        proc = subprocess.run([nvidia_smi, "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"count": 0, "names": [], "error": str(exc)}
+    names = [line for line in proc.stdout.splitlines() if line.startswith("GPU ")]
+    return {"count": len(names), "names": names, "error": None if proc.returncode == 0 else proc.stderr.strip()[:300]}
+
+
+def meminfo_gb():
+    for line in (read("/proc/meminfo", "") or "").splitlines():
+        if line.startswith("MemTotal:"):
+            return round(int(line.split()[1]) * 1024 / 1e9, 1)
+    return None
+
+
+def free_gb(path):
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path.rstrip("/")) or "/"
+    usage = shutil.disk_usage(path or "/")
+    return {"path": path, "free_gb": round(usage.free / 1e9, 1)}
+
+
+def main():
+    module = AnsibleModule(argument_spec={"disk_path": {"type": "str", "default": "/"}}, supports_check_mode=True)
+    release = platform.release()
+    tools = {tool: which(tool) for tool in TOOLS}
+    facts = {
+        "os": os_release(),
+        "kernel": release,
+        "python": ".".join(map(str, sys.version_info[:3])),
+        "tools": tools,
+        "kernel_modules": kernel_modules(release),
+        "filesystems": sorted({line.split()[-1] for line in (read("/proc/filesystems", "") or "").splitlines() if line.strip()}),
+        "interfaces": interfaces(),
+        "rdma_devices": sorted(os.listdir("/sys/class/infiniband")) if os.path.isdir("/sys/class/infiniband") else [],
+        "vastnfs_version": read("/sys/module/sunrpc/parameters/nfs_bundle_version"),
+        "gpus": gpus(tools["nvidia-smi"]),
+        "mem_total_gb": meminfo_gb(),
+        "disk": free_gb(module.params["disk_path"]),
+        "sunrpc_sysctl": read("/proc/sys/sunrpc/tcp_slot_table_entries"),
+        "systemd": os.path.isdir("/run/systemd/system"),
+    }
+    module.exit_json(changed=False, hicache_host=facts)
+
+
+if __name__ == "__main__":
+    main()

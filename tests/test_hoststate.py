@@ -1,0 +1,96 @@
+"""Parsers of live host state, on samples written from the documented formats (proc(5), ethtool)."""
+
+from __future__ import annotations
+
+from helpers import deployment
+
+from hicachectl import hoststate, storage
+
+# proc(5) documents the line `36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue`.
+# The NFS lines follow the same format, with the options the NFS client reports in the superblock field.
+VAST_SUPER = ",".join(["rw", "vers=3", "rsize=1048576", "wsize=1048576", "namlen=255", "hard", "proto=rdma", "nconnect=32", "port=20049",
+                       "timeo=600", "retrans=2", "sec=sys", "mountaddr=192.0.2.1", "mountvers=3", "mountproto=tcp", "local_lock=none",
+                       "addr=192.0.2.1", "remoteports=192.0.2.1-192.0.2.16"])
+NETAPP_SUPER = ",".join(["rw", "vers=4.1", "rsize=65536", "wsize=65536", "namlen=255", "hard", "proto=rdma", "port=20049", "timeo=600",
+                         "retrans=2", "sec=sys", "clientaddr=192.0.2.50", "local_lock=none", "addr=192.0.2.10"])
+MOUNTINFO = f"""\
+22 1 253:1 / / rw,relatime shared:1 - ext4 /dev/vda1 rw
+36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
+120 22 0:55 / /mnt/kvcache-2ports rw,relatime shared:80 - nfs vast-vip.example.com:/kvcache {VAST_SUPER}
+121 22 0:56 / /mnt/kvcache rw,relatime shared:81 - nfs4 netapp-lif.example.com:/kvcache {NETAPP_SUPER}
+130 22 0:60 / /mnt/with\\040space rw,relatime - tmpfs tmpfs rw
+"""
+
+
+def test_parse_mountinfo_fields_and_escapes():
+    entries = hoststate.parse_mountinfo(MOUNTINFO)
+    assert [e.mount_point for e in entries] == ["/", "/mnt2", "/mnt/kvcache-2ports", "/mnt/kvcache", "/mnt/with space"]
+    proc5 = entries[1]
+    assert (proc5.mount_id, proc5.parent_id, proc5.major_minor, proc5.root, proc5.fstype, proc5.source) == (36, 35, "98:0", "/mnt1", "ext3", "/dev/root")
+    assert proc5.super_options == ("rw", "errors=continue")
+    vast = hoststate.mount_at(entries, "/mnt/kvcache-2ports")
+    assert vast.option_map()["nconnect"] == "32" and hoststate.bdi_read_ahead_path(vast) == "/sys/class/bdi/0:55/read_ahead_kb"
+
+
+def test_live_vast_mount_matches_the_vast_inventory():
+    wanted = storage.mount(deployment("vast"))
+    live = hoststate.mount_at(hoststate.parse_mountinfo(MOUNTINFO), wanted.point)
+    assert hoststate.compare_mount(live, wanted.options, wanted.source, wanted.fstype) == []
+
+
+def test_live_mount_with_other_nconnect_is_reported():
+    wanted = storage.mount(deployment("vast", storage_nconnect=16))
+    live = hoststate.mount_at(hoststate.parse_mountinfo(MOUNTINFO), wanted.point)
+    assert hoststate.compare_mount(live, wanted.options, wanted.source, wanted.fstype) == ["nconnect=32, expected 16"]
+
+
+def test_live_netapp_mount_matches_and_a_missing_one_is_reported():
+    wanted = storage.mount(deployment("netapp"))
+    entries = hoststate.parse_mountinfo(MOUNTINFO)
+    assert hoststate.compare_mount(hoststate.mount_at(entries, wanted.point), wanted.options, wanted.source, wanted.fstype) == []
+    assert hoststate.compare_mount(hoststate.mount_at(entries, "/mnt/elsewhere"), wanted.options, wanted.source, wanted.fstype) == ["not mounted"]
+    tcp = MOUNTINFO.replace("proto=rdma,port=20049,timeo=600,retrans=2,sec=sys,clientaddr", "proto=tcp,port=2049,timeo=600,retrans=2,sec=sys,clientaddr")
+    problems = hoststate.compare_mount(hoststate.mount_at(hoststate.parse_mountinfo(tcp), wanted.point), wanted.options, wanted.source, wanted.fstype)
+    assert problems == ["proto=tcp, expected rdma", "port=2049, expected 20049"]
+
+
+# proc(5): /proc/<pid>/limits, laid out as the kernel prints it (fs/proc/base.c, "%-25s %-20s %-20s %-10s").
+def _limits_line(name, soft, hard, units):
+    return f"{name:<25} {soft:<20} {hard:<20} {units:<10}\n"
+
+
+LIMITS = (_limits_line("Limit", "Soft Limit", "Hard Limit", "Units") + _limits_line("Max cpu time", "unlimited", "unlimited", "seconds")
+          + _limits_line("Max stack size", "8388608", "unlimited", "bytes") + _limits_line("Max open files", "1048576", "1048576", "files")
+          + _limits_line("Max locked memory", "8388608", "8388608", "bytes") + _limits_line("Max nice priority", "0", "0", ""))
+
+
+def test_parse_limits_and_memlock_judgement():
+    limits = hoststate.parse_limits(LIMITS)
+    assert limits["Max locked memory"] == ("8388608", "8388608") and limits["Max nice priority"] == ("0", "0")
+    assert not hoststate.memlock_ok(limits, "unlimited")
+    assert hoststate.memlock_ok(limits, "8192") and not hoststate.memlock_ok(limits, "16384")
+    unlimited = LIMITS.replace(_limits_line("Max locked memory", "8388608", "8388608", "bytes"), _limits_line("Max locked memory", "unlimited", "unlimited", "bytes"))
+    assert hoststate.memlock_ok(hoststate.parse_limits(unlimited), "unlimited")
+
+
+ETHTOOL_G = """\
+Ring parameters for ens1f0np0:
+Pre-set maximums:
+RX:\t\t8192
+RX Mini:\tn/a
+RX Jumbo:\tn/a
+TX:\t\t8192
+Current hardware settings:
+RX:\t\t1024
+RX Mini:\tn/a
+RX Jumbo:\tn/a
+TX:\t\t1024
+"""
+
+
+def test_parse_ethtool_rings():
+    assert hoststate.parse_ethtool_rings(ETHTOOL_G) == {"max": {"RX": 8192, "TX": 8192}, "current": {"RX": 1024, "TX": 1024}}
+
+
+def test_parse_systemctl_show():
+    assert hoststate.parse_systemctl_show("LimitMEMLOCK=infinity\nLimitMEMLOCKSoft=infinity\n")["LimitMEMLOCK"] == "infinity"
