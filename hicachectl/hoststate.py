@@ -115,10 +115,6 @@ def memlock_ok(limits: dict[str, tuple[str, str]], wanted: str) -> bool:
     return soft == "unlimited" or (soft.isdigit() and int(soft) >= int(wanted) * 1024)
 
 
-def parse_systemctl_show(text: str) -> dict[str, str]:
-    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-
-
 def parse_ethtool_rings(text: str) -> dict[str, dict[str, int]]:
     """`ethtool -g IF` -> {'max': {'RX': 8192, ...}, 'current': {...}}; 'n/a' values are left out."""
     out: dict[str, dict[str, int]] = {"max": {}, "current": {}}

@@ -90,7 +90,3 @@ TX:\t\t1024
 
 def test_parse_ethtool_rings():
     assert hoststate.parse_ethtool_rings(ETHTOOL_G) == {"max": {"RX": 8192, "TX": 8192}, "current": {"RX": 1024, "TX": 1024}}
-
-
-def test_parse_systemctl_show():
-    assert hoststate.parse_systemctl_show("LimitMEMLOCK=infinity\nLimitMEMLOCKSoft=infinity\n")["LimitMEMLOCK"] == "infinity"

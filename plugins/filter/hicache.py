@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from hicachectl import hoststate, preflight, render, rules, storage
+from hicachectl import hoststate, limits, preflight, render, rules, storage
 from hicachectl.inventory import plain
 from hicachectl.model import PREFIX
 
@@ -68,6 +68,18 @@ def hicache_storage(hostvars, host, facts):
     }
 
 
+def hicache_limits(variables, host):
+    d = _deployment(variables, host)
+    service = limits.runtime_service(d)
+    return {
+        "limits_file": limits.LIMITS_FILE, "limits_conf": limits.limits_conf(d),
+        "service": service, "dropin_dir": f"/etc/systemd/system/{service}.d" if service else None,
+        "dropin_file": f"/etc/systemd/system/{service}.d/{limits.DROPIN_NAME}" if service else None,
+        "dropin": limits.runtime_dropin(d), "memlock": limits.systemd_memlock(d), "restart": bool(d.limits_restart_runtime),
+        "sysctl_file": limits.SYSCTL_FILE, "sysctl_conf": limits.sysctl_conf(d), "sysctls": dict(d.host_sysctls),
+    }
+
+
 def hicache_mount_state(mountinfo_text, plan):
     """The live mount at the plan's mount point: problems ([] = as wanted) and its read-ahead file."""
     mount = plan.get("mount")
@@ -82,4 +94,4 @@ def hicache_mount_state(mountinfo_text, plan):
 class FilterModule:
     def filters(self):
         return {f.__name__: f for f in (hicache_findings, hicache_fleet_findings, hicache_files, hicache_settings, hicache_preflight,
-                                        hicache_storage, hicache_mount_state)}
+                                        hicache_storage, hicache_limits, hicache_mount_state)}
