@@ -194,6 +194,10 @@ def _run(playbook: str, inventory: str, limit: str | None, json: bool, *, check:
                         text = report.unified_diff(entry)
                         if text:
                             typer.echo(text.rstrip("\n"))
+        for name, host in sorted(result.hosts.items()):
+            for skip in host.skips:
+                if ": condition false: " not in skip:  # a step this host cannot do, with its reason
+                    typer.echo(f"{name}: skipped: {skip}")
         typer.echo("")
         typer.echo(report.table(["host", "status", "ok", "changed", "failed", "skipped", "reason"],
                                 [[h.host, verb if check and h.status == "changed" else h.status, h.ok, h.changed, h.failed, h.skipped, "; ".join(h.reasons)]

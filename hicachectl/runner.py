@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import pathlib
 import sys
@@ -98,10 +99,6 @@ class _Collector:
         elif host_name and kind == "runner_on_unreachable":
             self.host(host_name).reasons.append(f"unreachable: {_message(res)}")
             self._tell(host_name, task, "unreachable")
-        elif host_name and kind == "runner_on_skipped":
-            reason = res.get("skip_reason") or "skipped"
-            condition = res.get("false_condition")
-            self.host(host_name).skips.append(f"{task}: {reason}" + (f" ({condition})" if condition else ""))
         return True
 
     def _tell(self, host: str, task: str, status: str) -> None:
@@ -140,6 +137,7 @@ def run_playbook(playbook: str, inventory: pathlib.Path, *, limit: str | None = 
         cmdline.append("--diff")
     collector = _Collector(progress)
     with tempfile.TemporaryDirectory(prefix="hicachectl-") as private:
+        skips = pathlib.Path(private) / "skips.jsonl"
         result = ansible_runner.run(
             private_data_dir=private,
             project_dir=str(PLAYBOOKS),
@@ -151,11 +149,17 @@ def run_playbook(playbook: str, inventory: pathlib.Path, *, limit: str | None = 
             cmdline=" ".join(cmdline) or None,
             # ansible-runner starts from this process's environment; these are ours. The Ansible
             # installed beside this Python runs, even when its venv is not activated.
-            envvars={"ANSIBLE_CONFIG": str(ANSIBLE_CFG), "ANSIBLE_NOCOLOR": "1",
+            # ansible-runner sets ANSIBLE_CALLBACK_PLUGINS for its own callback, which hides
+            # ansible.cfg's callback_plugins; it keeps a value given here beside its own.
+            envvars={"ANSIBLE_CONFIG": str(ANSIBLE_CFG), "ANSIBLE_NOCOLOR": "1", "HICACHE_SKIPS_FILE": str(skips),
+                     "ANSIBLE_CALLBACK_PLUGINS": str(PROJECT_ROOT / "plugins" / "callback"),
                      "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])},
             event_handler=collector,
             quiet=True,
             suppress_env_files=True,
         )
+        for line in skips.read_text().splitlines() if skips.exists() else []:
+            skip = json.loads(line)
+            collector.host(skip["host"]).skips.append(f"{skip['task']}: {skip['reason']}")
     return RunResult(rc=result.rc if result.rc is not None else 1, hosts=collector.hosts)
 
