@@ -465,6 +465,20 @@ def _host_pool_fits(d, out):
                   f"lower hicache_size_gb to {max(available // ranks, 0)} or less.")
 
 
+@rule
+def _nic(d, out):
+    if d.nic_max_read_request is not None and (d.nic_max_read_request not in (128, 256, 512, 1024, 2048, 4096)):
+        out.error("hicache_nic_max_read_request", "range", f"{d.nic_max_read_request} is not a PCIe MaxReadReq size.", "use 128, 256, 512, 1024, 2048 or 4096.")
+    if not 576 <= d.nic_mtu <= 9978:
+        out.error("hicache_nic_mtu", "range", f"{d.nic_mtu} is outside what ConnectX ports take (576-9978).", "use 9000 for jumbo frames.")
+    for name in ("nic_pfc_priorities", "nic_ecn_priorities"):
+        bad = [p for p in getattr(d, name) if not (isinstance(p, int) and not isinstance(p, bool) and 0 <= p <= 7)]
+        if bad:
+            out.error(PREFIX + name, "range", f"{bad} are not priorities 0-7.", "list priorities from 0 to 7, e.g. [3].")
+    if d.nic_rings < 1 or (d.nic_channels is not None and d.nic_channels < 1):
+        out.error("hicache_nic_rings", "range", "ring and channel counts must be positive.", "use e.g. 8192 rings.")
+
+
 # --- storage -------------------------------------------------------------------------------------
 
 def remote_port_count(spec: str | None) -> int | None:

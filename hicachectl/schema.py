@@ -109,6 +109,17 @@ VARIABLES: tuple[Var, ...] = (
     _v("hicache_cache_owner", "str", "root", "Owner of hicache_cache_dir.", role="storage"),
     _v("hicache_cache_group", "str", "root", "Group of hicache_cache_dir.", role="storage"),
     _v("hicache_cache_mode", "str", "0755", "Mode of hicache_cache_dir.", role="storage"),
+    # --- ConnectX-7 tuning for storage traffic ---------------------------------------------------------
+    _v("hicache_nic_interfaces", "list", [], "Interfaces to tune; [] selects every ConnectX port (driver mlx5_core, PCI vendor 0x15b3).", role="nic_tuning"),
+    _v("hicache_nic_mtu", "int", 9000, "MTU (jumbo frames end to end for NFS over RDMA).", role="nic_tuning"),
+    _v("hicache_nic_rings", "int", 8192, "RX and TX ring size (ethtool -G), capped at the NIC's maximum.", role="nic_tuning"),
+    _v("hicache_nic_channels", "int", None, "Combined channels (ethtool -L); None leaves them.", role="nic_tuning"),
+    _v("hicache_nic_qos_trust", "str", "dscp", "RoCE QoS trust state (mlnx_qos --trust); None leaves it.", choices=("dscp", "pcp"), role="nic_tuning"),
+    _v("hicache_nic_pfc_priorities", "list", [3], "Priorities with PFC on (mlnx_qos --pfc); [] leaves PFC.", role="nic_tuning"),
+    _v("hicache_nic_ecn_priorities", "list", [3], "Priorities with RoCE ECN on (notification and reaction point).", role="nic_tuning"),
+    _v("hicache_nic_irq_affinity", "bool", True, "Pin the NIC's IRQs to the CPUs of its NUMA node.", role="nic_tuning"),
+    _v("hicache_nic_max_read_request", "int", None, "PCIe MaxReadReq in bytes (128-4096, a power of two); None leaves it.", role="nic_tuning"),
+    _v("hicache_nic_cpu_governor", "str", "performance", "CPU frequency governor; None leaves it.", role="nic_tuning"),
     # --- host limits -------------------------------------------------------------------------------
     _v("hicache_limits_memlock", "str", "unlimited", "memlock for login sessions (limits.d) and the runtime service (LimitMEMLOCK); 'unlimited' or KiB.", role="host_limits"),
     _v("hicache_limits_runtime_service", "str", None, "systemd service of the container runtime that gets LimitMEMLOCK (default: docker.service with docker, none with podman).", role="host_limits"),

@@ -62,6 +62,8 @@ CASES = [
     ("missing model path", without("hicache_model_path"), None, "required", "hicache_model_path", "gpu-a"),
     ("nixl without a cache dir", without("hicache_cache_dir", "hicache_cache_container_dir"), None, "cache-dir-required", "hicache_cache_dir", "gpu-a"),
     ("remoteports garbage", {**VALID, "hicache_storage_remoteports": "10.0.0.9-10.0.0.1"}, None, "remoteports-syntax", "hicache_storage_remoteports", "gpu-a"),
+    ("PFC priority out of range", {**VALID, "hicache_nic_pfc_priorities": [3, 9]}, None, "range", "hicache_nic_pfc_priorities", "gpu-a"),
+    ("MaxReadReq not a PCIe size", {**VALID, "hicache_nic_max_read_request": 3000}, None, "range", "hicache_nic_max_read_request", "gpu-a"),
     ("toml extension unknown", NETAPP | {"hicache_extra_config_file": "nixl.ini"}, None, "extra-config-file", "hicache_extra_config_file", "gpu-a"),
 ]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from hicachectl import hoststate, limits, preflight, render, rules, storage
+from hicachectl import hoststate, limits, nic, preflight, render, rules, storage
 from hicachectl.inventory import plain
 from hicachectl.model import PREFIX
 
@@ -80,6 +80,12 @@ def hicache_limits(variables, host):
     }
 
 
+def hicache_nic(variables, host):
+    d = _deployment(variables, host)
+    return {"desired": nic.desired(d), "config_file": nic.CONFIG_FILE, "config_text": nic.config_text(d),
+            "program": nic.PROGRAM, "unit": nic.UNIT, "unit_text": nic.unit_text(), "strict": bool(d.strict)}
+
+
 def hicache_mount_state(mountinfo_text, plan):
     """The live mount at the plan's mount point: problems ([] = as wanted) and its read-ahead file."""
     mount = plan.get("mount")
@@ -94,4 +100,4 @@ def hicache_mount_state(mountinfo_text, plan):
 class FilterModule:
     def filters(self):
         return {f.__name__: f for f in (hicache_findings, hicache_fleet_findings, hicache_files, hicache_settings, hicache_preflight,
-                                        hicache_storage, hicache_limits, hicache_mount_state)}
+                                        hicache_storage, hicache_limits, hicache_nic, hicache_mount_state)}

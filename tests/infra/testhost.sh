@@ -5,7 +5,8 @@
 #   testhost.sh stop NAME | start NAME   take a host away and bring it back (same port, same state)
 #   testhost.sh down NAME...          remove hosts
 #   testhost.sh clean                 remove every test host left by an interrupted run
-# KEY is a private key file; KEY.pub becomes root's authorized_keys.
+# KEY is a private key file; KEY.pub becomes root's authorized_keys. TESTHOST_CAPS (e.g. "NET_ADMIN")
+# adds capabilities to the container.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 label="io.hicache-deploy.testhost=1"
@@ -26,7 +27,9 @@ case "${1:-}" in
     image="$("$here/base_image.sh" | tail -n 1)"
     podman rm -f -t 0 "$name" >/dev/null 2>&1 || true
     [ "$port" != 0 ] || port=""
-    podman run -d --name "$name" --hostname "$name" --label "$label" \
+    caps=()
+    for cap in ${TESTHOST_CAPS:-}; do caps+=(--cap-add "$cap"); done
+    podman run -d --name "$name" --hostname "$name" --label "$label" "${caps[@]}" \
       -p "127.0.0.1:$port:22" -v "$key.pub:/root/.ssh/authorized_keys:ro" "$image" >/dev/null
     port="$(podman port "$name" 22/tcp | head -n 1 | sed 's/.*://')"
     wait_ssh "$port" "$key"

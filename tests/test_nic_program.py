@@ -1,0 +1,89 @@
+"""The host program of nic_tuning on a sample sysfs tree of one ConnectX port.
+
+No ConnectX port exists here, so its sysfs files (vendor 0x15b3, RoCE ECN switches, MSI IRQs, NUMA-local
+CPUs) and cpufreq are laid out in a temporary tree (HICACHE_SYSFS_ROOT); the program reads and writes
+those files exactly as it would under /sys and /proc. MTU, rings and QoS go through ip/ethtool/mlnx_qos,
+which act on real devices: they are covered by the nic_tuning Molecule scenario (MTU) or reported
+unavailable here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from helpers import deployment
+from support import ROOT
+
+from hicachectl import nic
+
+PROGRAM = ROOT / "roles/nic_tuning/files/hicache-nic-tuning"
+
+
+def write(root: pathlib.Path, path: str, text: str) -> None:
+    target = root / path.lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text + "\n")
+
+
+@pytest.fixture
+def sample_connectx(tmp_path):
+    """Sample sysfs/procfs of port ens1f0np0 (PCI 0000:17:00.0, NUMA CPUs 0-15) and a veth beside it."""
+    port = "/sys/class/net/ens1f0np0"
+    write(tmp_path, f"{port}/mtu", "1500")
+    write(tmp_path, f"{port}/device/vendor", "0x15b3")
+    write(tmp_path, f"{port}/device/local_cpulist", "0-15")
+    for prio in range(8):
+        for point in ("roce_np", "roce_rp"):
+            write(tmp_path, f"{port}/ecn/{point}/enable/{prio}", "0")
+    for irq in ("120", "121"):
+        write(tmp_path, f"{port}/device/msi_irqs/{irq}", "msix")
+        write(tmp_path, f"/proc/irq/{irq}/smp_affinity_list", "0-63")
+    write(tmp_path, "/sys/class/net/veth0/mtu", "1500")
+    for cpu in ("cpu0", "cpu1"):
+        write(tmp_path, f"/sys/devices/system/cpu/{cpu}/cpufreq/scaling_governor", "powersave")
+    return tmp_path
+
+
+def program(root, mode, config):
+    env = {**os.environ, "HICACHE_SYSFS_ROOT": str(root), "PATH": "/nonexistent"}  # ip/ethtool/mlnx_qos/setpci: absent
+    proc = subprocess.run([sys.executable, str(PROGRAM), mode, json.dumps(config)], env=env, capture_output=True, text=True)
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_it_finds_the_connectx_port_and_only_what_differs(sample_connectx):
+    config = nic.desired(deployment("vast"))
+    rc, report = program(sample_connectx, "--check-json", config)
+    assert rc == 0 and report["interfaces"] == ["ens1f0np0"]
+    differ = {c["what"] for c in report["changes"]}
+    assert {"ens1f0np0 mtu", "ens1f0np0 ecn roce_np 3", "ens1f0np0 ecn roce_rp 3", "ens1f0np0 irq 120", "ens1f0np0 irq 121",
+            "cpu governor cpu0", "cpu governor cpu1"} == differ
+    reasons = {u["what"]: u["reason"] for u in report["unavailable"]}
+    assert reasons["ens1f0np0 rings"] == "ethtool is not installed" and reasons["ens1f0np0 qos"] == "mlnx_qos is not installed"
+
+
+def test_apply_writes_the_files_then_nothing_differs_but_what_needs_a_tool(sample_connectx):
+    config = nic.desired(deployment("vast"))
+    rc, report = program(sample_connectx, "--apply-json", config)
+    assert rc == 1 and [f["what"] for f in report["failed"]] == ["ens1f0np0 mtu"]  # `ip` is absent here
+    assert (sample_connectx / "sys/class/net/ens1f0np0/ecn/roce_np/enable/3").read_text() == "1"
+    assert (sample_connectx / "sys/class/net/ens1f0np0/ecn/roce_np/enable/2").read_text() == "0\n"  # untouched
+    assert (sample_connectx / "proc/irq/120/smp_affinity_list").read_text() == "0-15"
+    rc, again = program(sample_connectx, "--check-json", config)
+    assert [c["what"] for c in again["changes"]] == ["ens1f0np0 mtu"]
+
+
+def test_no_connectx_port_is_a_reason_not_a_success(tmp_path):
+    write(tmp_path, "/sys/class/net/eth0/mtu", "1500")
+    rc, report = program(tmp_path, "--check-json", nic.desired(deployment("vast")))
+    assert rc == 0 and report["changes"] == [] and report["interfaces"] == []
+    assert report["unavailable"] == [{"what": "interfaces", "reason": "no ConnectX port (driver mlx5_core, PCI vendor 0x15b3) on this host"}]
+
+
+def test_pfc_and_ecn_follow_the_inventory():
+    desired = nic.desired(deployment("vast", nic_pfc_priorities=[3, 4], nic_ecn_priorities=[]))
+    assert desired["pfc"] == [0, 0, 0, 1, 1, 0, 0, 0] and desired["ecn_priorities"] == []
