@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""A stand-in for an SGLang HiCache server, for tests on machines without a GPU. It is not SGLang.
+
+It takes SGLang's command line (start.sh execs it in place of `python3 -m sglang.launch_server`),
+answers SGLang's endpoints with SGLang's field and metric names (reference §7-§8), and models what
+the tests need to observe:
+- model loading: /health answers 503 for STANDIN_LOAD_SECONDS, then 200;
+- prefill: time = uncached prompt tokens x STANDIN_PREFILL_US_PER_TOKEN, plus cached tokens loaded
+  from L3 x STANDIN_LOAD_US_PER_TOKEN (both microseconds);
+- an L3 prefix cache in the storage directory (the file or NIXL backend's directory from the env),
+  keyed like SGLang: a SHA-256 chain over pages of token ids that starts from the served model name
+  and the page size, so changing either makes every page miss; it survives restarts.
+Tokens are whitespace-separated words. Faults for tests: STANDIN_NEVER_HEALTHY=1 (a bad image),
+STANDIN_URING_BROKEN=1 (the NIXL POSIX plugin cannot create its io_uring backend when asked for it).
+Stdlib only, so it runs on a bare test host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="sglang-standin", allow_abbrev=False)
+    parser.add_argument("--model-path", required=True)
+    parser.add_argument("--served-model-name")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=30000)
+    parser.add_argument("--page-size", type=int, default=1)
+    parser.add_argument("--hicache-storage-backend")
+    parser.add_argument("--hicache-storage-backend-extra-config")
+    parser.add_argument("--enable-metrics", action="store_true")
+    parser.add_argument("--enable-cache-report", action="store_true")
+    args, _ = parser.parse_known_args(argv)  # every other SGLang flag is accepted and ignored
+    args.served_model_name = args.served_model_name or args.model_path
+    return args
+
+
+def storage_dir(args):
+    if args.hicache_storage_backend == "file":
+        return os.environ.get("SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR", "/tmp/hicache")
+    if args.hicache_storage_backend == "nixl":
+        return os.environ.get("SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR", "/tmp/hicache_storage").split(",")[0]
+    return None
+
+
+def extra_config(args):
+    raw = args.hicache_storage_backend_extra_config
+    if not raw:
+        return {}
+    if raw.startswith("@"):
+        with open(raw[1:]) as handle:
+            return json.load(handle) if raw.endswith(".json") else {}
+    return json.loads(raw)
+
+
+class Server:
+    def __init__(self, args):
+        self.args = args
+        self.l3 = storage_dir(args)
+        self.started = time.monotonic()
+        self.load_seconds = float(os.environ.get("STANDIN_LOAD_SECONDS", "0"))
+        self.never_healthy = os.environ.get("STANDIN_NEVER_HEALTHY") == "1"
+        self.prefill_us = float(os.environ.get("STANDIN_PREFILL_US_PER_TOKEN", "20"))
+        self.load_us = float(os.environ.get("STANDIN_LOAD_US_PER_TOKEN", "2"))
+        self.lock = threading.Lock()
+        self.metrics = {"prompt_tokens_total": 0, "storage_hit": 0, "backuped": 0, "requests": 0}
+        if self.l3:
+            os.makedirs(self.l3, exist_ok=True)
+
+    @property
+    def ready(self):
+        return not self.never_healthy and time.monotonic() - self.started >= self.load_seconds
+
+    def page_keys(self, tokens):
+        """SGLang-like chained keys: each page's key hashes the previous key and the page's tokens."""
+        digest = hashlib.sha256(f"{self.args.served_model_name}|{self.args.page_size}".encode()).hexdigest()
+        keys = []
+        size = self.args.page_size
+        for start in range(0, len(tokens) - len(tokens) % size, size):
+            page = " ".join(tokens[start:start + size])
+            digest = hashlib.sha256((digest + "|" + page).encode()).hexdigest()
+            keys.append(digest)
+        return keys
+
+    def prefill(self, prompt):
+        tokens = prompt.split()
+        keys = self.page_keys(tokens)
+        hit_pages = 0
+        if self.l3:
+            for key in keys:
+                if not os.path.exists(os.path.join(self.l3, key)):
+                    break
+                hit_pages += 1
+        cached = hit_pages * self.args.page_size
+        time.sleep(((len(tokens) - cached) * self.prefill_us + cached * self.load_us) / 1e6)
+        written = 0
+        if self.l3:  # write-through of the pages not yet in L3
+            for key in keys[hit_pages:]:
+                with open(os.path.join(self.l3, key), "w") as handle:
+                    handle.write("kv")
+                written += self.args.page_size
+        with self.lock:
+            self.metrics["prompt_tokens_total"] += len(tokens)
+            self.metrics["storage_hit"] += cached
+            self.metrics["backuped"] += written
+            self.metrics["requests"] += 1
+        return len(tokens), cached
+
+    def metrics_text(self):
+        m, backend = self.metrics, self.args.hicache_storage_backend or "none"
+        return "".join([
+            f'sglang:prompt_tokens_total{{model_name="{self.args.served_model_name}"}} {m["prompt_tokens_total"]}\n',
+            f'sglang:cached_tokens_total{{cache_source="storage"}} {m["storage_hit"]}\n',
+            f'sglang:storage_prefetch_hit_tokens_total{{storage_backend="{backend}",tp_rank="0"}} {m["storage_hit"]}\n',
+            f'sglang:backuped_tokens_total{{storage_backend="{backend}",tp_rank="0"}} {m["backuped"]}\n',
+            f'sglang:num_requests_total {m["requests"]}\n',
+        ])
+
+
+def handler_for(server):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def send(self, code, body, content_type="application/json"):
+            data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            if self.path in ("/health", "/health_generate", "/ready"):
+                return self.send(200, {"status": "ok"}) if server.ready else self.send(503, {"status": "loading"})
+            if self.path == "/v1/models":
+                return self.send(200, {"object": "list", "data": [{"id": server.args.served_model_name, "object": "model"}]})
+            if self.path == "/metrics" and server.args.enable_metrics:
+                return self.send(200, server.metrics_text(), "text/plain; version=0.0.4")
+            self.send(404, {"error": "not found"})
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
+            if self.path == "/flush_cache":
+                return self.send(200, "Cache flushed.\n", "text/plain")
+            if self.path != "/v1/chat/completions":
+                return self.send(404, {"error": "not found"})
+            if not server.ready:
+                return self.send(503, {"error": "loading"})
+            if body.get("model") not in (None, server.args.served_model_name):
+                return self.send(404, {"error": f"model {body.get('model')} not found"})
+            prompt = " ".join(m.get("content", "") for m in body.get("messages", []) if isinstance(m.get("content"), str))
+            prompt_tokens, cached = server.prefill(prompt)
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": 1, "total_tokens": prompt_tokens + 1}
+            if server.args.enable_cache_report:
+                usage["prompt_tokens_details"] = {"cached_tokens": cached}
+            if body.get("stream"):
+                return self.stream(usage)
+            self.send(200, {"id": "standin", "object": "chat.completion", "model": server.args.served_model_name,
+                            "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "length"}],
+                            "usage": usage})
+
+        def stream(self, usage):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            chunks = [{"choices": [{"index": 0, "delta": {"role": "assistant", "content": "ok"}}]},
+                      {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}], "usage": usage}]
+            for chunk in chunks:
+                line = f"data: {json.dumps(chunk)}\n\n".encode()
+                self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+            done = b"data: [DONE]\n\n"
+            self.wfile.write(f"{len(done):x}\r\n".encode() + done + b"\r\n0\r\n\r\n")
+
+    return Handler
+
+
+def main(argv):
+    args = parse_args(argv)
+    config = extra_config(args)
+    if os.environ.get("STANDIN_URING_BROKEN") == "1" and args.hicache_storage_backend == "nixl" and str(config.get("use_uring")).lower() in ("true", "1"):
+        print("nixl: failed to create backend POSIX: io_uring_queue_init failed: EBADF (Bad file descriptor)", file=sys.stderr, flush=True)
+        return 1
+    server = Server(args)
+    print(f"sglang-standin: serving {args.served_model_name} on {args.host}:{args.port}, L3 {server.l3}", flush=True)
+    ThreadingHTTPServer((args.host, args.port), handler_for(server)).serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
