@@ -69,13 +69,26 @@ def extra_config(d) -> dict | None:
     return dict(d.extra_config) if d.extra_config else None
 
 
+def in_container(d) -> bool:
+    return d.container_runtime != "none"
+
+
+def server_cfg_dir(d) -> str:
+    """The config directory as the server sees it: /cfg in a container, the host path otherwise."""
+    return CONTAINER_CFG_DIR if in_container(d) else d.cfg_dir
+
+
+def server_cache_dir(d) -> str | None:
+    return d.cache_container_dir if in_container(d) else d.cache_dir
+
+
 def extra_config_arg(d) -> str | None:
-    """Inline JSON, or `@/cfg/<file>` when the config is written to a file."""
+    """Inline JSON, or `@<cfg>/<file>` when the config is written to a file."""
     config = extra_config(d)
     if config is None:
         return None
     if d.extra_config_file:
-        return "@" + posixpath.join(CONTAINER_CFG_DIR, d.extra_config_file)
+        return "@" + posixpath.join(server_cfg_dir(d), d.extra_config_file)
     return json.dumps(config)
 
 
@@ -94,12 +107,13 @@ def extra_config_file_text(d) -> str | None:
 def container_env(d) -> dict[str, str]:
     """Environment inside the container: the backend's own variables, then the inventory's."""
     env: dict[str, str] = {}
-    if d.storage_backend == "nixl" and d.cache_container_dir:
-        env["SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR"] = d.cache_container_dir
+    cache = server_cache_dir(d)
+    if d.storage_backend == "nixl" and cache:
+        env["SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR"] = cache
     if d.storage_backend == "nixl" and d.nixl_plugin:
         env["SGLANG_HICACHE_NIXL_BACKEND_PLUGIN"] = d.nixl_plugin
-    if d.storage_backend == "file" and d.cache_container_dir:
-        env["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] = d.cache_container_dir
+    if d.storage_backend == "file" and cache:
+        env["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] = cache
     env.update({str(k): _env_text(v) for k, v in d.container_env.items()})
     return env
 
@@ -110,10 +124,11 @@ def _env_text(value: Any) -> str:
     return str(value)
 
 
-def container_run_groups(d) -> list[list[str]]:
-    """`<runtime> run ...` as groups of words; each group is one line of run.sh."""
+def container_run_groups(d, detach: bool = True) -> list[list[str]]:
+    """`<runtime> run ...` as groups of words; each group is one line of run.sh (detached, as the VAST
+    document runs it) or of serve.sh (in the foreground, removed on exit, for systemd)."""
     groups: list[list[str]] = [
-        [d.container_runtime, "run", "--name", d.container_name, "-d"],
+        [d.container_runtime, "run", "--name", d.container_name, "-d" if detach else "--rm"],
         ["--network", "host", "--ipc", "host", "--gpus", d.container_gpus],
         [w for k, v in d.container_ulimits.items() for w in ("--ulimit", f"{k}={v}")],
     ]
@@ -130,8 +145,8 @@ def container_run_groups(d) -> list[list[str]]:
     return [g for g in groups if g]
 
 
-def container_argv(d) -> list[str]:
-    return [word for group in container_run_groups(d) for word in group]
+def container_argv(d, detach: bool = True) -> list[str]:
+    return [word for group in container_run_groups(d, detach) for word in group]
 
 
 def summary(d) -> dict[str, Any]:
@@ -142,7 +157,7 @@ def summary(d) -> dict[str, Any]:
         "sglang_version": d.sglang_version,
         "argv": sglang_argv(d),
         "env": container_env(d),
-        "container": container_argv(d),
+        "container": container_argv(d) if in_container(d) else None,
         "extra_config": extra_config(d),
         "vars": {k: v for k, v in d.as_vars().items() if k.startswith(PREFIX)},
     }

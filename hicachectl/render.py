@@ -43,16 +43,39 @@ def _start_sh(d) -> str:
     return _environment().get_template("start.sh.j2").render(host=d.inventory_host, command=command)
 
 
-def _run_sh(d) -> str:
-    run = [" ".join(shell_word(w) for w in group) for group in launch.container_run_groups(d)]
-    return _environment().get_template("run.sh.j2").render(
-        host=d.inventory_host, cfg_dir=d.cfg_dir, cache_dir=d.cache_dir, run=run
-    )
+def _script(d, template: str, detach: bool) -> str:
+    container = launch.in_container(d)
+    run = [" ".join(shell_word(w) for w in group) for group in launch.container_run_groups(d, detach)] if container else []
+    return _environment().get_template(template).render(
+        host=d.inventory_host, cfg_dir=d.cfg_dir, cache_dir=d.cache_dir, run=run, container=container,
+        env=launch.container_env(d), runtime=d.container_runtime, name=d.container_name, unit=unit_name(d))
+
+
+def unit_name(d) -> str:
+    return f"{d.service_name}.service"
+
+
+def _limit(value) -> str:
+    return "infinity" if int(value) < 0 else str(value)
+
+
+def unit(d) -> RenderedFile:
+    """The systemd unit that keeps the server running (serve.sh in the foreground)."""
+    from hicachectl import limits
+
+    ulimits = d.container_ulimits
+    text = _environment().get_template("sglang-hicache.service.j2").render(
+        host=d.inventory_host, served=d.served_model_name or d.model_path, cfg_dir=d.cfg_dir,
+        cache_dir=d.cache_dir, container=launch.in_container(d), runtime=d.container_runtime, name=d.container_name,
+        runtime_service=limits.runtime_service(d) if launch.in_container(d) else None,
+        memlock=_limit(ulimits.get("memlock", -1)), stack=_limit(ulimits.get("stack", 67108864)))
+    return RenderedFile(unit_name(d), text, "0644")
 
 
 def files(d) -> list[RenderedFile]:
     """Every file of the host's config directory, in a stable order."""
-    out = [RenderedFile("start.sh", _start_sh(d), "0755"), RenderedFile("run.sh", _run_sh(d), "0755")]
+    out = [RenderedFile("start.sh", _start_sh(d), "0755"), RenderedFile("run.sh", _script(d, "run.sh.j2", True), "0755"),
+           RenderedFile("serve.sh", _script(d, "serve.sh.j2", False), "0755")]
     config_text = launch.extra_config_file_text(d)
     if config_text is not None:
         out.append(RenderedFile(d.extra_config_file, config_text, "0644"))

@@ -13,6 +13,7 @@ import difflib
 import ipaddress
 import math
 import posixpath
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -302,6 +303,27 @@ def _storage_backend_needs(d, out):
         value = getattr(d, name)
         if value and not posixpath.isabs(value):
             out.error(PREFIX + name, "absolute-path", f"{value!r} is relative; it would depend on the directory a task runs in.", "give an absolute path.")
+
+
+_UNIT_SAFE_PATH = re.compile(r"^/[A-Za-z0-9/._+-]*$")
+
+
+@rule
+def _service(d, out):
+    for name in ("cfg_dir", "cache_dir"):
+        value = getattr(d, name)
+        if value and posixpath.isabs(value) and not _UNIT_SAFE_PATH.match(value):
+            out.error(PREFIX + name, "unit-safe-path", f"{value!r} appears in the systemd unit, where spaces, quotes, % and \\ change its meaning.",
+                      "use letters, digits and / . _ + - only.")
+    if d.container_runtime == "none":
+        if d.cache_container_dir and d.cache_container_dir != d.cache_dir:
+            out.error("hicache_cache_container_dir", "no-container", "is set, but with hicache_container_runtime: none there is no container to map it into.",
+                      "remove it; the server uses hicache_cache_dir directly.")
+        if d.model_dir:
+            out.error("hicache_model_dir", "no-container", "is mounted into the container, and hicache_container_runtime is none.",
+                      "point hicache_model_path at the weights on the host and remove hicache_model_dir.")
+    if d.health_timeout < 1:
+        out.error("hicache_health_timeout", "range", f"{d.health_timeout} must be positive.", "use e.g. 1800 (big models load for 10+ minutes).")
 
 
 _EXTRA_CONFIG_EXTENSIONS = (".json", ".toml", ".yaml", ".yml")

@@ -62,6 +62,8 @@ class RunResult:
 
 
 Progress = Callable[[str, str, str], None]  # host, task, status
+# Steps that can take minutes (a big model loads for 10+); their start is reported too.
+LONG_ACTIONS = ("hicache_wait_healthy",)
 
 
 def _item_label(res: dict[str, Any]) -> str | None:
@@ -87,12 +89,15 @@ class _Collector:
         res = data.get("res") or {}
         if kind == "playbook_on_stats":
             self._stats(data)
+        elif host_name and kind == "runner_on_start" and str(data.get("task_action", "")).endswith(LONG_ACTIONS):
+            self._tell(host_name, task, "started")
         elif host_name and kind in ("runner_on_ok", "runner_item_on_ok"):
             if isinstance(res.get("ansible_facts"), dict) and not data.get("delegated_host"):
                 self.host(host_name).facts.update(res["ansible_facts"])
             if res.get("changed") and "results" not in res:
                 self.host(host_name).changes.append(Change(task, _item_label(res) if kind == "runner_item_on_ok" else None, _diffs(res)))
-            self._tell(host_name, task, "changed" if res.get("changed") else "ok")
+            long_step = str(data.get("task_action", "")).endswith(LONG_ACTIONS)
+            self._tell(host_name, task, "changed" if res.get("changed") else ("done" if long_step else "ok"))
         elif host_name and kind in ("runner_on_failed", "runner_item_on_failed") and not data.get("ignore_errors"):
             self.host(host_name).reasons.append(f"{task}: {_message(res)}")
             self._tell(host_name, task, "failed")

@@ -47,12 +47,16 @@ VARIABLES: tuple[Var, ...] = (
     _v("hicache_image", "str", NO_DEFAULT, "SGLang container image, pinned by tag or digest."),
     _v("hicache_sglang_version", "str", None, "SGLang version inside the image; read from the image tag (vX.Y.Z) when unset.", choices=SGLANG_VERSIONS),
     _v("hicache_container_name", "str", "sglang-hicache", "Name of the server container."),
-    _v("hicache_container_runtime", "str", "docker", "Container CLI on the host.", choices=("docker", "podman")),
+    _v("hicache_container_runtime", "str", "docker", "Container CLI on the host; none runs start.sh on the host itself (as the NetApp document does).",
+       choices=("docker", "podman", "none")),
     _v("hicache_container_gpus", "str", "all", "Value of --gpus for the container."),
     _v("hicache_container_ulimits", "dict", {"memlock": -1, "stack": 67108864}, "--ulimit values (memlock -1 = unlimited; stack in bytes)."),
     _v("hicache_container_env", "dict", {}, "Extra environment for the container (e.g. SAFETENSORS_FAST_GPU: '1'); the backend's own variables are added for you."),
     _v("hicache_container_extra_args", "list", [], "Extra arguments for `docker run`, placed before the image."),
     _v("hicache_launcher", "list", ["python3", "-m", "sglang.launch_server"], "Command that start.sh execs, before the SGLang flags."),
+    # --- the service -------------------------------------------------------------------------------
+    _v("hicache_service_name", "str", "sglang-hicache", "systemd unit that runs the server (serve.sh)."),
+    _v("hicache_health_timeout", "int", 1800, "Seconds to wait for /health after a (re)start; big models load for 10+ minutes."),
     # --- SGLang: model and serving -------------------------------------------------------------
     _v("hicache_model_path", "str", NO_DEFAULT, "--model-path as the server sees it (a path in the container or a hub id).", flag="--model-path"),
     _v("hicache_served_model_name", "str", None, "--served-model-name; part of every L3 key, so keep it stable and without ':'.", flag="--served-model-name"),

@@ -28,7 +28,7 @@ def test_start_sh_delivers_every_value_byte_for_byte(served, model, model_id):
 
 
 @settings(max_examples=30, deadline=None)
-@given(env_value=NASTY, cache=NASTY.map(lambda s: "/mnt/" + s.replace("/", "_").replace(":", "_")))
+@given(env_value=NASTY, cache=st.from_regex(r"/mnt/[A-Za-z0-9._+-]{1,30}", fullmatch=True))  # the unit-safe-path rule
 def test_run_sh_delivers_env_and_mounts_byte_for_byte(env_value, cache):
     d = deployment("vast", container_env={"SAFETENSORS_FAST_GPU": env_value}, cache_dir=cache)
     records = seeds.run_recorded(rendered(d)["run.sh"])
@@ -52,11 +52,12 @@ def test_toml_writer_round_trips_or_refuses(value):
 def test_render_writes_each_hosts_files(tmp_path):
     cli("render", "--inventory", "netapp", "--out", str(tmp_path), check_rc=0)
     host = tmp_path / "gpu-01"
-    assert sorted(p.name for p in host.iterdir()) == ["nixl_backend_config.toml", "run.sh", "start.sh"]
+    assert sorted(p.name for p in host.iterdir()) == ["nixl_backend_config.toml", "run.sh", "serve.sh", "start.sh"]
     assert os.access(host / "start.sh", os.X_OK) and not os.access(host / "nixl_backend_config.toml", os.X_OK)
     assert tomllib.loads((host / "nixl_backend_config.toml").read_text()) == {"plugin": {"gds_mt": {"thread_count": 32, "active": True}}}
     subprocess.run(["bash", "-n", str(host / "start.sh")], check=True)
     subprocess.run(["bash", "-n", str(host / "run.sh")], check=True)
+    subprocess.run(["bash", "-n", str(host / "serve.sh")], check=True)
 
 
 def test_render_json_and_host_filter():

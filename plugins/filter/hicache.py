@@ -37,9 +37,15 @@ def hicache_fleet_findings(all_hostvars, hosts):
 def hicache_files(hostvars, host):
     """The host's config directory and the files it holds; refuses invalid variables."""
     deployment = _deployment(hostvars, host)
+    unit = render.unit(deployment)
+    listen = deployment.effective_host
+    health_host = "127.0.0.1" if listen in ("0.0.0.0", "::", "127.0.0.1", "localhost") else listen
     return {
         "cfg_dir": deployment.cfg_dir,
         "files": [{"name": f.name, "content": f.content, "mode": f.mode} for f in render.files(deployment)],
+        "unit": {"name": unit.name, "content": unit.content},
+        "health_url": f"http://{health_host}:{deployment.effective_port}/health",
+        "health_timeout": deployment.health_timeout,
     }
 
 

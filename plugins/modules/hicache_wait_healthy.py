@@ -1,0 +1,80 @@
+#!/usr/bin/python
+"""Wait until an SGLang server answers /health, without killing one that is still loading.
+
+Model loading can take 10+ minutes: while the unit is active (or activating) and /health says 503,
+keep waiting until the timeout. Stop early when the unit has failed or systemd had to restart it
+twice during the wait (a crash loop), with the end of its journal in the result.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: hicache_wait_healthy
+short_description: Wait for an SGLang server's /health
+options:
+  url: {description: The /health URL, type: str, required: true}
+  unit: {description: The systemd unit running the server, type: str, required: true}
+  timeout: {description: Seconds to wait at most, type: int, default: 1800}
+  interval: {description: Seconds between polls, type: int, default: 5}
+author: hicache-deploy
+"""
+
+RETURN = r"""
+seconds: {description: Seconds until healthy, returned: success, type: float}
+journal: {description: The unit's last journal lines, returned: failure, type: str}
+"""
+
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def status(url):
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+def unit_state(unit):
+    out = subprocess.run(["systemctl", "show", "--property=ActiveState,SubState,NRestarts", unit], capture_output=True, text=True).stdout
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    return props.get("ActiveState", "unknown"), props.get("SubState", ""), int(props.get("NRestarts", "0") or 0)
+
+
+def journal(unit):
+    return subprocess.run(["journalctl", "-u", unit, "-n", "40", "--no-pager", "-o", "cat"], capture_output=True, text=True).stdout
+
+
+def main():
+    module = AnsibleModule(argument_spec={"url": {"type": "str", "required": True}, "unit": {"type": "str", "required": True},
+                                          "timeout": {"type": "int", "default": 1800}, "interval": {"type": "int", "default": 5}},
+                           supports_check_mode=True)
+    params = module.params
+    if module.check_mode:
+        module.exit_json(changed=False, skipped=True, msg="check mode: the server was not (re)started, so there is nothing to wait for")
+    start = time.monotonic()
+    _, _, restarts_at_start = unit_state(params["unit"])
+    last = None
+    while time.monotonic() - start < params["timeout"]:
+        last = status(params["url"])
+        if last == 200:
+            module.exit_json(changed=False, seconds=round(time.monotonic() - start, 1), url=params["url"])
+        active, sub, restarts = unit_state(params["unit"])
+        if active == "failed" or (active == "inactive" and time.monotonic() - start > params["interval"]):
+            module.fail_json(msg=f"{params['unit']} is {active} ({sub}) and never answered {params['url']}", journal=journal(params["unit"]))
+        if restarts - restarts_at_start >= 2:
+            module.fail_json(msg=f"{params['unit']} crashed and was restarted {restarts - restarts_at_start} times while loading",
+                             journal=journal(params["unit"]))
+        time.sleep(params["interval"])
+    module.fail_json(msg=f"{params['url']} did not answer 200 within {params['timeout']} s (last answer: {last})", journal=journal(params["unit"]))
+
+
+if __name__ == "__main__":
+    main()

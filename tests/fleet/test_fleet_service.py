@@ -1,0 +1,71 @@
+"""The server as a systemd service on three SSH hosts. SGLang cannot run without a GPU, so start.sh
+execs the SGLang stand-in (tests/standin) on the host (hicache_container_runtime: none)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from support import ROOT, cli, cli_json
+
+pytestmark = pytest.mark.slow
+
+STANDIN = "/opt/standin/sglang_standin.py"
+SERVICE_VARS = {
+    "hicache_container_runtime": "none",
+    "hicache_launcher": ["python3", STANDIN],
+    "hicache_served_model_name": "gpt-oss-20b",
+    "hicache_page_size": 16,
+    "hicache_health_timeout": 120,
+    "hicache_container_env": {"STANDIN_LOAD_SECONDS": "3"},
+}
+
+
+@pytest.fixture(scope="module")
+def served_fleet(fleet3):
+    code = (ROOT / "tests/standin/sglang_standin.py").read_text()
+    for host in fleet3.hosts:
+        assert fleet3.ssh(host, f"mkdir -p /opt/standin && cat > {STANDIN} <<'STANDIN_EOF'\n{code}\nSTANDIN_EOF").returncode == 0
+    return fleet3
+
+
+def main_pid(fleet, host):
+    return fleet.ssh(host, "systemctl show --property=MainPID --value sglang-hicache.service").stdout.strip()
+
+
+def test_deploy_brings_every_server_up_healthy_and_a_second_deploy_restarts_nothing(served_fleet):
+    inventory = served_fleet.inventory(extra_vars=SERVICE_VARS, name="served")
+    first = cli("deploy", "--inventory", str(inventory), check_rc=0)
+    for host in served_fleet.hosts:  # a wait of minutes is visible while it runs
+        assert f"{host}: Wait until the server answers /health ... started" in first.stderr
+        assert f"{host}: Wait until the server answers /health ... done" in first.stderr
+    pids = {}
+    for host in served_fleet.hosts:
+        models = served_fleet.ssh(host, "curl -s http://127.0.0.1:30000/v1/models || python3 -c \"import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:30000/v1/models').read().decode())\"")
+        assert json.loads(models.stdout)["data"][0]["id"] == "gpt-oss-20b"
+        assert served_fleet.ssh(host, "systemctl is-enabled sglang-hicache.service").stdout.strip() == "enabled"
+        pids[host] = main_pid(served_fleet, host)
+        assert pids[host] not in ("", "0")
+    second = cli_json("deploy", "--inventory", str(inventory))
+    assert second["ok"] and all(r["changed"] == 0 for r in second["hosts"].values()), second
+    assert {h: main_pid(served_fleet, h) for h in served_fleet.hosts} == pids
+
+
+def test_a_config_change_restarts_the_server_once_and_waits_for_it(served_fleet):
+    inventory = served_fleet.inventory(extra_vars={**SERVICE_VARS, "hicache_served_model_name": "renamed"}, name="served-renamed")
+    host = next(iter(served_fleet.hosts))
+    before = main_pid(served_fleet, host)
+    report = cli_json("deploy", "--inventory", str(inventory), "--limit", host)
+    assert report["ok"] and main_pid(served_fleet, host) != before
+    restarts = served_fleet.ssh(host, "systemctl show --property=NRestarts --value sglang-hicache.service").stdout.strip()
+    assert restarts == "0"
+    assert "renamed" in served_fleet.ssh(host, "python3 -c \"import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:30000/v1/models').read().decode())\"").stdout
+
+
+def test_a_server_that_never_becomes_healthy_fails_the_deploy_with_its_name(served_fleet):
+    host = list(served_fleet.hosts)[2]
+    inventory = served_fleet.inventory(extra_vars={**SERVICE_VARS, "hicache_health_timeout": 8,
+                                                   "hicache_container_env": {"STANDIN_NEVER_HEALTHY": "1"}}, name="served-bad")
+    run = cli("deploy", "--inventory", str(inventory), "--limit", host)
+    assert run.returncode == 1
+    assert f"{host}" in run.stdout and "did not answer 200 within 8 s" in run.stdout
