@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from hicachectl import hoststate, limits, nic, preflight, render, rules, storage
+from hicachectl import hoststate, launch, limits, nic, preflight, render, rules, storage
 from hicachectl.inventory import plain
 from hicachectl.model import PREFIX
 
@@ -46,6 +46,8 @@ def hicache_files(hostvars, host):
         "unit": {"name": unit.name, "content": unit.content},
         "health_url": f"http://{health_host}:{deployment.effective_port}/health",
         "health_timeout": deployment.health_timeout,
+        "runtime": deployment.container_runtime if launch.in_container(deployment) else None,
+        "strict": bool(deployment.strict),
     }
 
 

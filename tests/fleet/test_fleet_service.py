@@ -69,3 +69,25 @@ def test_a_server_that_never_becomes_healthy_fails_the_deploy_with_its_name(serv
     run = cli("deploy", "--inventory", str(inventory), "--limit", host)
     assert run.returncode == 1
     assert f"{host}" in run.stdout and "did not answer 200 within 8 s" in run.stdout
+
+
+def test_a_second_deploy_is_refused_by_the_lock_while_the_first_completes(served_fleet):
+    import subprocess
+    import sys
+    import time
+
+    host = list(served_fleet.hosts)[1]
+    slow = served_fleet.inventory(extra_vars={**SERVICE_VARS, "hicache_served_model_name": "slow",
+                                              "hicache_container_env": {"STANDIN_LOAD_SECONDS": "15"}}, name="served-slow")
+    first = subprocess.Popen([sys.executable, "-m", "hicachectl", "deploy", "--inventory", str(slow), "--limit", host, "--json"],
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(120):  # until the first run holds the lock
+        if served_fleet.ssh(host, "test -f /run/hicache-deploy.lock").returncode == 0:
+            break
+        time.sleep(0.5)
+    second = cli("deploy", "--inventory", str(slow), "--limit", host)
+    out, _ = first.communicate(timeout=600)
+    assert second.returncode == 1
+    assert "another deploy holds this host" in second.stdout and " since " in second.stdout
+    assert json.loads(out)["ok"] is True
+    assert served_fleet.ssh(host, "test -f /run/hicache-deploy.lock").returncode == 1  # released
