@@ -35,14 +35,14 @@ def _load(inventory: str, limit: str | None):
         raise typer.Exit(EXIT_USAGE) from exc
 
 
-def _check(inventory: str, limit: str | None):
+def _check(inventory: str, limit: str | None, overrides: dict | None = None):
     """Load and check every host; nothing is contacted. Returns (inventory, deployments, findings)."""
     from hicachectl import rules
 
     inv = _load(inventory, limit)
     deployments, findings = {}, []
     for host, variables in inv.hosts.items():
-        deployment, host_findings = rules.check_host(host, variables)
+        deployment, host_findings = rules.check_host(host, {**variables, **(overrides or {})})
         deployments[host] = deployment
         findings.extend(host_findings)
     return inv, deployments, findings
@@ -167,10 +167,28 @@ def deploy(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bo
     _run("site.yml", inventory, limit, json, check=check, show_diff=diff or check, verb="would change" if check else "changed")
 
 
-def _run(playbook: str, inventory: str, limit: str | None, json: bool, *, check: bool, show_diff: bool, verb: str) -> None:
+@app.command()
+def upgrade(image: str = typer.Option(..., "--image", help="The new image, pinned by tag or digest."),
+            inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bool = JsonOpt,
+            check: bool = typer.Option(False, "--check", help="Dry run.")) -> None:
+    """Roll a new image out in batches (hicache_serial, default 1 host); a batch that does not become
+    healthy is rolled back to its previous config and image, and the rollout stops there."""
+    _run("site.yml", inventory, limit, json, check=check, show_diff=check, verb="would change" if check else "changed",
+         extravars={"hicache_image": image}, rolling=True)
+
+
+@app.command()
+def rollback(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bool = JsonOpt,
+             check: bool = typer.Option(False, "--check", help="Dry run.")) -> None:
+    """Put each host's previous config (and image) back, restart, and wait for /health."""
+    _run("rollback.yml", inventory, limit, json, check=check, show_diff=check, verb="would change" if check else "changed", rolling=True)
+
+
+def _run(playbook: str, inventory: str, limit: str | None, json: bool, *, check: bool, show_diff: bool, verb: str,
+         extravars: dict | None = None, rolling: bool = False) -> None:
     from hicachectl import report, rules, runner
 
-    inv, deployments, findings = _check(inventory, limit)
+    inv, deployments, findings = _check(inventory, limit, extravars)
     if rules.has_errors(findings):
         _print_findings(inv, findings)
         _say("invalid inventory: no host was contacted.")
@@ -181,7 +199,12 @@ def _run(playbook: str, inventory: str, limit: str | None, json: bool, *, check:
             _say(f"  {host}: {task} ... {status}")
 
     _say(f"{'checking' if check else 'running'} {playbook} on {len(deployments)} host(s) of {inv.name}")
-    result = runner.run_playbook(playbook, inv.path, limit=limit, check=check, diff=show_diff or check, progress=progress)
+    extravars = dict(extravars or {})
+    if deployments and all(d is not None for d in deployments.values()):
+        first = next(iter(deployments.values()))  # play keywords cannot read inventory variables
+        extravars.setdefault("hicache_serial", 1 if rolling and not first.serial else first.serial)
+        extravars.setdefault("hicache_max_fail_percentage", 0 if rolling else first.max_fail_percentage)
+    result = runner.run_playbook(playbook, inv.path, limit=limit, check=check, diff=show_diff or check, progress=progress, extravars=extravars)
     if json:
         report.emit_json({"inventory": inv.name, "check": check, "ok": result.succeeded,
                           "hosts": {h: r.as_dict() for h, r in sorted(result.hosts.items())}})

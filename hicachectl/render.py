@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import json
 import pathlib
 import shlex
 
@@ -79,4 +81,20 @@ def files(d) -> list[RenderedFile]:
     config_text = launch.extra_config_file_text(d)
     if config_text is not None:
         out.append(RenderedFile(d.extra_config_file, config_text, "0644"))
-    return out
+    return out + [RenderedFile(DEPLOYED, json.dumps(deployed(d, out), indent=2, sort_keys=True) + "\n", "0644")]
+
+
+DEPLOYED = "deployed.json"
+
+
+def config_hash(rendered: list[RenderedFile]) -> str:
+    digest = hashlib.sha256()
+    for f in rendered:
+        digest.update(f"{f.name}\0{f.mode}\0{f.content}\0".encode())
+    return digest.hexdigest()[:16]
+
+
+def deployed(d, rendered: list[RenderedFile]) -> dict:
+    """What runs, recorded beside it: status reads it, rollback names it. Changes only with the config."""
+    return {"config_hash": config_hash(rendered), "image": d.image, "sglang_version": d.sglang_version,
+            "served_model_name": d.served_model_name or d.model_path, "port": d.effective_port}

@@ -56,6 +56,8 @@ VARIABLES: tuple[Var, ...] = (
     _v("hicache_launcher", "list", ["python3", "-m", "sglang.launch_server"], "Command that start.sh execs, before the SGLang flags."),
     # --- the service -------------------------------------------------------------------------------
     _v("hicache_service_name", "str", "sglang-hicache", "systemd unit that runs the server (serve.sh)."),
+    _v("hicache_serial", "int", 0, "Hosts per batch when a change rolls out (0: all at once); hicachectl passes it to the play.", role="site"),
+    _v("hicache_max_fail_percentage", "int", 100, "A batch with more failed hosts than this stops the rollout (upgrade uses 0).", role="site"),
     _v("hicache_health_timeout", "int", 1800, "Seconds to wait for /health after a (re)start; big models load for 10+ minutes."),
     # --- SGLang: model and serving -------------------------------------------------------------
     _v("hicache_model_path", "str", NO_DEFAULT, "--model-path as the server sees it (a path in the container or a hub id).", flag="--model-path"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from ansible.errors import AnsibleFilterError
 
 from hicachectl import hoststate, launch, limits, nic, preflight, render, rules, storage
@@ -40,9 +42,12 @@ def hicache_files(hostvars, host):
     unit = render.unit(deployment)
     listen = deployment.effective_host
     health_host = "127.0.0.1" if listen in ("0.0.0.0", "::", "127.0.0.1", "localhost") else listen
+    files = render.files(deployment)
     return {
         "cfg_dir": deployment.cfg_dir,
-        "files": [{"name": f.name, "content": f.content, "mode": f.mode} for f in render.files(deployment)],
+        "previous_dir": deployment.cfg_dir.rstrip("/") + ".previous",
+        "deployed": json.loads(next(f.content for f in files if f.name == render.DEPLOYED)),
+        "files": [{"name": f.name, "content": f.content, "mode": f.mode} for f in files],
         "unit": {"name": unit.name, "content": unit.content},
         "health_url": f"http://{health_host}:{deployment.effective_port}/health",
         "health_timeout": deployment.health_timeout,

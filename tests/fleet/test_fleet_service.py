@@ -91,3 +91,32 @@ def test_a_second_deploy_is_refused_by_the_lock_while_the_first_completes(served
     assert "another deploy holds this host" in second.stdout and " since " in second.stdout
     assert json.loads(out)["ok"] is True
     assert served_fleet.ssh(host, "test -f /run/hicache-deploy.lock").returncode == 1  # released
+
+
+def test_upgrade_rolls_host_by_host_and_a_bad_one_is_rolled_back(served_fleet):
+    hosts = sorted(served_fleet.hosts)
+    base = {**SERVICE_VARS, "hicache_served_model_name": "fleet", "hicache_image": "lmsysorg/sglang:v0.5.21-cu129"}
+    inventory = served_fleet.inventory(extra_vars=base, name="served-upgrade")
+    cli("deploy", "--inventory", str(inventory), check_rc=0)
+    good = cli("upgrade", "--image", "lmsysorg/sglang:v0.5.23-cu129", "--inventory", str(inventory))
+    assert good.returncode == 0, good.stdout + good.stderr
+    for host in hosts:
+        assert '"image": "lmsysorg/sglang:v0.5.23-cu129"' in served_fleet.ssh(host, "cat /opt/sglang-hicache/cfg/deployed.json").stdout
+    # Batches of one: the health wait of each host ends before the next host's restart begins.
+    waits = [line for line in good.stderr.splitlines() if "Wait until the server answers /health ... done" in line or "Restart the server ... changed" in line]
+    assert [w.split(":")[0].strip() for w in waits] == [h for h in hosts for _ in (0, 1)], waits
+
+    pids = {h: main_pid(served_fleet, h) for h in hosts}
+    bad = served_fleet.inventory(extra_vars={**base, "hicache_health_timeout": 6, "hicache_container_env": {"STANDIN_NEVER_HEALTHY": "1"}},
+                                 name="served-upgrade-bad")
+    run = cli("upgrade", "--image", "lmsysorg/sglang:v0.5.22-broken", "--inventory", str(bad))
+    assert run.returncode == 1
+    failed_host = hosts[0]
+    assert f"{failed_host}: the new server did not become healthy" in run.stdout
+    assert "rolled back to config" in run.stdout and "image lmsysorg/sglang:v0.5.23-cu129" in run.stdout
+    assert '"image": "lmsysorg/sglang:v0.5.23-cu129"' in served_fleet.ssh(failed_host, "cat /opt/sglang-hicache/cfg/deployed.json").stdout
+    for host in hosts[1:]:  # never restarted
+        assert main_pid(served_fleet, host) == pids[host]
+    for host in hosts:  # the old server serves again everywhere
+        health = served_fleet.ssh(host, "python3 -c \"import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:30000/health').status)\"")
+        assert health.stdout.strip() == "200"
