@@ -168,6 +168,43 @@ def deploy(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bo
 
 
 @app.command()
+def status(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bool = JsonOpt) -> None:
+    """Per host: unit state, since when, image, config hash (and whether it is the inventory's), /health.
+
+    Exit 0: every server is active, healthy and runs the inventory's config; 1 otherwise; 2: a host could not be read.
+    """
+    from hicachectl import report, rules, runner
+
+    inv, deployments, findings = _check(inventory, limit)
+    if rules.has_errors(findings):
+        _print_findings(inv, findings)
+        raise typer.Exit(EXIT_INVALID)
+    result = runner.run_playbook("status.yml", inv.path, limit=limit)
+    rows, data, code = [], {}, EXIT_OK
+    for host in sorted(deployments):
+        state = result.hosts[host].facts.get("__hicache_status") if host in result.hosts else None
+        if state is None:
+            reason = "; ".join(result.hosts[host].reasons) if host in result.hosts else "not run"
+            data[host], code = {"error": reason}, 2
+            rows.append([host, "?", "", "", "", "", reason])
+            continue
+        deployed = state["deployed"] or {}
+        current = deployed.get("config_hash") == state["wanted_config_hash"]
+        healthy = str(state["health"]) == "200"
+        if code == EXIT_OK and not (state["unit"] == "active" and healthy and current):
+            code = EXIT_INVALID
+        data[host] = {**state, "current": current, "healthy": healthy}
+        rows.append([host, state["unit"], state["since"], deployed.get("image", "-"),
+                     (deployed.get("config_hash") or "-") + ("" if current else " (not the inventory's)"),
+                     "ok" if healthy else str(state["health"]), ""])
+    if json:
+        report.emit_json({"inventory": inv.name, "exit_code": code, "hosts": data})
+    else:
+        typer.echo(report.table(["host", "unit", "since", "image", "config", "health", "error"], rows))
+    raise typer.Exit(code)
+
+
+@app.command()
 def upgrade(image: str = typer.Option(..., "--image", help="The new image, pinned by tag or digest."),
             inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bool = JsonOpt,
             check: bool = typer.Option(False, "--check", help="Dry run.")) -> None:

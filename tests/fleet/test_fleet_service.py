@@ -135,3 +135,16 @@ def test_rollback_puts_the_previous_config_back_and_is_idempotent(served_fleet):
     pid = main_pid(served_fleet, host)
     again = cli_json("rollback", "--inventory", str(second), "--limit", host)
     assert again["ok"] and again["hosts"][host]["changed"] == 0 and main_pid(served_fleet, host) == pid
+
+
+def test_status_shows_each_server_and_says_when_it_is_not_the_inventorys(served_fleet):
+    inventory = served_fleet.inventory(extra_vars={**SERVICE_VARS, "hicache_served_model_name": "status"}, name="served-status")
+    cli("deploy", "--inventory", str(inventory), check_rc=0)
+    text = cli("status", "--inventory", str(inventory), check_rc=0).stdout
+    for host in served_fleet.hosts:
+        row = next(line for line in text.splitlines() if line.startswith(host))
+        assert row.split()[1] == "active" and row.rstrip().endswith("ok")
+    changed = served_fleet.inventory(extra_vars={**SERVICE_VARS, "hicache_served_model_name": "status-next"}, name="served-status-next")
+    data = json.loads(cli("status", "--inventory", str(changed), "--json").stdout)
+    assert data["exit_code"] == 1 and not any(h["current"] for h in data["hosts"].values())
+    assert all(h["healthy"] and h["unit"] == "active" for h in data["hosts"].values())
