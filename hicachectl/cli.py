@@ -255,6 +255,8 @@ def _run(playbook: str, inventory: str, limit: str | None, json: bool, *, check:
                         if text:
                             typer.echo(text.rstrip("\n"))
         for name, host in sorted(result.hosts.items()):
+            for note in host.notes:
+                typer.echo(f"{name}: note: {note}")
             for skip in host.skips:
                 if ": condition false: " not in skip:  # a step this host cannot do, with its reason
                     typer.echo(f"{name}: skipped: {skip}")

@@ -5,6 +5,7 @@ Everything here is a list or a mapping; quoting for the shell happens only in `r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import posixpath
 from typing import Any
@@ -63,6 +64,29 @@ def sglang_argv(d) -> list[str]:
 def server_args(d) -> list[str]:
     """Only the SGLang arguments (no launcher): what SGLang's parser receives."""
     return sglang_argv(d)[len(d.launcher):]
+
+
+_URING_KEYS = ("use_uring", "use_aio")
+
+
+def uses_uring(d) -> bool:
+    """Whether the NIXL POSIX plugin is asked for io_uring (flat config or its plugin.posix section)."""
+    if d.storage_backend != "nixl":
+        return False
+    section = d.extra_config.get("plugin", {}).get("posix", {}) if isinstance(d.extra_config.get("plugin"), dict) else d.extra_config
+    return str(section.get("use_uring", "")).lower() in ("true", "1", "yes", "y", "on", "enable")
+
+
+def uring_fallback(d):
+    """The same deployment with the POSIX plugin on POSIX AIO instead of io_uring, O_DIRECT kept (the VAST
+    document's fix for 'NIXL fails to create the uring backend')."""
+    config = json.loads(json.dumps(d.extra_config))
+    section = config["plugin"]["posix"] if isinstance(config.get("plugin"), dict) and "posix" in config["plugin"] else config
+    for key in _URING_KEYS:
+        section.pop(key, None)
+    section["use_posix_aio"] = "true"
+    config.setdefault("use_direct_io", True)
+    return dataclasses.replace(d, extra_config=config)
 
 
 def extra_config(d) -> dict | None:

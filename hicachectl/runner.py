@@ -35,7 +35,8 @@ class HostResult:
     reasons: list[str] = dataclasses.field(default_factory=list)
     changes: list[Change] = dataclasses.field(default_factory=list)
     skips: list[str] = dataclasses.field(default_factory=list)
-    facts: dict[str, Any] = dataclasses.field(default_factory=dict)  # what set_fact / modules returned as ansible_facts
+    facts: dict[str, Any] = dataclasses.field(default_factory=dict)
+    notes: list[str] = dataclasses.field(default_factory=list)  # what set_fact / modules returned as ansible_facts
 
     @property
     def status(self) -> str:
@@ -92,6 +93,8 @@ class _Collector:
         elif host_name and kind == "runner_on_start" and str(data.get("task_action", "")).endswith(LONG_ACTIONS):
             self._tell(host_name, task, "started")
         elif host_name and kind in ("runner_on_ok", "runner_item_on_ok"):
+            if res.get("hicache_note"):
+                self.host(host_name).notes.append(str(res["hicache_note"]))
             if isinstance(res.get("ansible_facts"), dict) and not data.get("delegated_host"):
                 self.host(host_name).facts.update(res["ansible_facts"])
             if res.get("changed") and "results" not in res:

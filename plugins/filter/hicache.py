@@ -36,9 +36,13 @@ def hicache_fleet_findings(all_hostvars, hosts):
     return [finding for host in hosts for finding in hicache_findings(all_hostvars[host], host)]
 
 
-def hicache_files(hostvars, host):
-    """The host's config directory and the files it holds; refuses invalid variables."""
+def hicache_files(hostvars, host, uring_fallback=False):
+    """The host's config directory and the files it holds; refuses invalid variables. With
+    uring_fallback, NIXL's POSIX plugin runs on POSIX AIO (this host cannot create io_uring backends)."""
     deployment = _deployment(hostvars, host)
+    uses_uring = launch.uses_uring(deployment)
+    if uring_fallback and uses_uring:
+        deployment = launch.uring_fallback(deployment)
     unit = render.unit(deployment)
     listen = deployment.effective_host
     health_host = "127.0.0.1" if listen in ("0.0.0.0", "::", "127.0.0.1", "localhost") else listen
@@ -52,6 +56,8 @@ def hicache_files(hostvars, host):
         "health_url": f"http://{health_host}:{deployment.effective_port}/health",
         "health_timeout": deployment.health_timeout,
         "runtime": deployment.container_runtime if launch.in_container(deployment) else None,
+        "uses_uring": uses_uring and not uring_fallback,
+        "uring_requested": uses_uring,
         "strict": bool(deployment.strict),
     }
 

@@ -148,3 +148,20 @@ def test_status_shows_each_server_and_says_when_it_is_not_the_inventorys(served_
     data = json.loads(cli("status", "--inventory", str(changed), "--json").stdout)
     assert data["exit_code"] == 1 and not any(h["current"] for h in data["hosts"].values())
     assert all(h["healthy"] and h["unit"] == "active" for h in data["hosts"].values())
+
+
+def test_nixl_uring_failure_falls_back_to_posix_aio_and_says_so(served_fleet):
+    """The stand-in exits with NIXL's EBADF error when asked for io_uring (STANDIN_URING_BROKEN)."""
+    host = sorted(served_fleet.hosts)[0]
+    nixl = {**SERVICE_VARS, "hicache_served_model_name": "nixl", "hicache_storage_backend": "nixl", "hicache_nixl_plugin": "POSIX",
+            "hicache_extra_config": {"use_direct_io": True, "use_uring": "true", "l3_cleaner_enabled": False},
+            "hicache_container_env": {"STANDIN_URING_BROKEN": "1"}, "hicache_health_timeout": 90}
+    inventory = served_fleet.inventory(extra_vars=nixl, name="served-uring")
+    run = cli("deploy", "--inventory", str(inventory), "--limit", host)
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert f"{host}: note: NIXL could not create its io_uring backend" in run.stdout and "EBADF" in run.stdout
+    start_sh = served_fleet.ssh(host, "cat /opt/sglang-hicache/cfg/start.sh").stdout
+    assert '"use_posix_aio": "true"' in start_sh and '"use_direct_io": true' in start_sh and "use_uring" not in start_sh
+    again = cli_json("deploy", "--inventory", str(inventory), "--limit", host)
+    assert again["ok"] and again["hosts"][host]["changed"] == 0
+    assert any("runs with posix_aio" in n for n in again["hosts"][host]["notes"])

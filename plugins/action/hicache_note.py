@@ -1,0 +1,15 @@
+"""Tell the operator something that happened on a host and changed nothing by itself (a fallback
+taken, a restart that is still needed); hicachectl prints these notes under the host's results."""
+
+from __future__ import annotations
+
+from ansible.plugins.action import ActionBase
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        note = str(self._task.args.get("note", "")).strip()
+        return {"changed": False, "msg": note, "hicache_note": note}
