@@ -8,6 +8,7 @@ import os
 import pathlib
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -63,8 +64,10 @@ class RunResult:
 
 
 Progress = Callable[[str, str, str], None]  # host, task, status
-# Steps that can take minutes (a big model loads for 10+); their start is reported too.
+# Steps that can take minutes (a big model loads for 10+): reported as running once they have run this
+# long (ansible-runner announces a task before its condition is evaluated, so not at once).
 LONG_ACTIONS = ("hicache_wait_healthy",)
+LONG_AFTER_SECONDS = 2.0
 
 
 def _item_label(res: dict[str, Any]) -> str | None:
@@ -78,6 +81,7 @@ class _Collector:
     def __init__(self, progress: Progress | None):
         self.hosts: dict[str, HostResult] = {}
         self.progress = progress
+        self.running: dict[tuple[str, str], threading.Timer] = {}
 
     def host(self, name: str) -> HostResult:
         return self.hosts.setdefault(name, HostResult(name))
@@ -88,10 +92,15 @@ class _Collector:
         host_name = data.get("host")
         task = data.get("task", "")
         res = data.get("res") or {}
+        if host_name and kind.startswith("runner_on_") and kind != "runner_on_start" and (host_name, task) in self.running:
+            self.running.pop((host_name, task)).cancel()
         if kind == "playbook_on_stats":
             self._stats(data)
         elif host_name and kind == "runner_on_start" and str(data.get("task_action", "")).endswith(LONG_ACTIONS):
-            self._tell(host_name, task, "started")
+            timer = threading.Timer(LONG_AFTER_SECONDS, self._tell, (host_name, task, "running"))
+            timer.daemon = True
+            self.running[host_name, task] = timer
+            timer.start()
         elif host_name and kind in ("runner_on_ok", "runner_item_on_ok"):
             if res.get("hicache_note"):
                 self.host(host_name).notes.append(str(res["hicache_note"]))

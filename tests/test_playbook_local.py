@@ -66,7 +66,7 @@ def test_plan_shows_the_planned_files_and_touches_nothing(tmp_path, base):
     group_vars = inventory / "group_vars/all.yml"
     group_vars.write_text(group_vars.read_text() + f"\nhicache_base_dir: {base}\nhicache_cache_dir: {base}/l3\n")
     proc = cli("plan", "--inventory", str(inventory), check_rc=0)
-    assert "localhost: would change: Install start.sh, run.sh and the backend config [start.sh]" in proc.stdout
+    assert "localhost: would change: Install start.sh, run.sh, serve.sh and the backend config [start.sh]" in proc.stdout
     assert "+  --hicache-storage-backend file" in proc.stdout
     assert re.search(r"^localhost\s+would change\s+\d+\s+\d+\s+0\s", proc.stdout, re.M), proc.stdout
     assert not base.exists()
@@ -75,7 +75,7 @@ def test_plan_shows_the_planned_files_and_touches_nothing(tmp_path, base):
     assert report["ok"] and report["check"] and host["status"] == "changed"
     planned = {(c["task"], c["item"]) for c in host["changes"]}
     assert {("Create the L3 directory", None), ("Create the config directory", None),
-            ("Install start.sh, run.sh and the backend config", "start.sh"), ("Install start.sh, run.sh and the backend config", "run.sh")} <= planned
+            ("Install start.sh, run.sh, serve.sh and the backend config", "start.sh"), ("Install start.sh, run.sh, serve.sh and the backend config", "run.sh")} <= planned
 
 
 def test_plan_of_the_builtin_local_inventory():

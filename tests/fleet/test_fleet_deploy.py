@@ -21,7 +21,7 @@ def test_deploy_converges_then_changes_nothing(fleet3):
     first = cli("deploy", "--inventory", str(inventory), check_rc=0)
     for host in fleet3.hosts:
         assert table_row(first.stdout, host).startswith("changed"), first.stdout
-        assert f"{host}: Install start.sh, run.sh and the backend config ... changed" in first.stderr  # live progress
+        assert f"{host}: Install start.sh, run.sh, serve.sh and the backend config ... changed" in first.stderr  # live progress
         on_host = fleet3.ssh(host, "cat /opt/sglang-hicache/cfg/start.sh; test -x /opt/sglang-hicache/cfg/run.sh")
         assert on_host.returncode == 0 and "--hicache-storage-backend file" in on_host.stdout
     second = cli_json("deploy", "--inventory", str(inventory))

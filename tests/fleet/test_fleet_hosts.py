@@ -24,7 +24,7 @@ def test_check_mode_on_a_fresh_host_reports_and_changes_nothing(fleet3):
     for result in report["hosts"].values():
         tasks = {c["task"] for c in result["changes"]}
         assert "Persist the L3 mount in /etc/fstab (other lines are left as they are)" in tasks
-        assert "Install start.sh, run.sh and the backend config" in tasks
+        assert "Install start.sh, run.sh, serve.sh and the backend config" in tasks
     assert {h: snapshot(fleet3, h) for h in fleet3.hosts} == before
 
 

@@ -17,7 +17,7 @@ SERVICE_VARS = {
     "hicache_served_model_name": "gpt-oss-20b",
     "hicache_page_size": 16,
     "hicache_health_timeout": 120,
-    "hicache_container_env": {"STANDIN_LOAD_SECONDS": "3"},
+    "hicache_container_env": {"STANDIN_LOAD_SECONDS": "5"},
 }
 
 
@@ -37,7 +37,7 @@ def test_deploy_brings_every_server_up_healthy_and_a_second_deploy_restarts_noth
     inventory = served_fleet.inventory(extra_vars=SERVICE_VARS, name="served")
     first = cli("deploy", "--inventory", str(inventory), check_rc=0)
     for host in served_fleet.hosts:  # a wait of minutes is visible while it runs
-        assert f"{host}: Wait until the server answers /health ... started" in first.stderr
+        assert f"{host}: Wait until the server answers /health ... running" in first.stderr
         assert f"{host}: Wait until the server answers /health ... done" in first.stderr
     pids = {}
     for host in served_fleet.hosts:
