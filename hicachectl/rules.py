@@ -164,6 +164,18 @@ def _image_pinned(d, out):
 
 
 @rule
+def _image_source(d, out):
+    from hicachectl.image import valid_digest
+
+    if d.image_digest and not valid_digest(d.image_digest):
+        out.error("hicache_image_digest", "image-digest", f"{d.image_digest!r} is not sha256: and 64 hex digits.", "copy the digest from `docker buildx imagetools inspect` or the registry.")
+    if (d.image_mirror or d.image_digest) and d.container_runtime == "none":
+        out.error("hicache_image_mirror" if d.image_mirror else "hicache_image_digest", "no-container", "there is no image to pull with hicache_container_runtime: none.", "remove it.")
+    if d.image_pull_retries < 1 or d.image_pull_delay < 0:
+        out.error("hicache_image_pull_retries", "range", "retries must be at least 1 and the delay not negative.", "use e.g. 5 retries, 10 s apart.")
+
+
+@rule
 def _sglang_version_known(d, out):
     if d.sglang_version is None:
         out.error("hicache_sglang_version", "sglang-version", f"cannot be read from the image {d.image!r}.",

@@ -6,7 +6,7 @@ import json
 
 from ansible.errors import AnsibleFilterError
 
-from hicachectl import hoststate, launch, limits, nic, preflight, render, rules, storage
+from hicachectl import hoststate, image, launch, limits, nic, preflight, render, rules, storage
 from hicachectl.inventory import plain
 from hicachectl.model import PREFIX
 
@@ -105,6 +105,13 @@ def hicache_nic(variables, host):
             "program": nic.PROGRAM, "unit": nic.UNIT, "unit_text": nic.unit_text(), "strict": bool(d.strict)}
 
 
+def hicache_image(variables, host):
+    d = _deployment(variables, host)
+    return {"runtime": d.container_runtime if launch.in_container(d) else None, "image": d.image,
+            "pull": image.pull_reference(d), "pull_argv": image.pull_argv(d), "digest": d.image_digest, "repo_digest": image.repository_digest(d),
+            "retries": d.image_pull_retries, "delay": d.image_pull_delay, "tls_verify": d.image_tls_verify}
+
+
 def hicache_mount_state(mountinfo_text, plan):
     """The live mount at the plan's mount point: problems ([] = as wanted) and its read-ahead file."""
     mount = plan.get("mount")
@@ -119,4 +126,4 @@ def hicache_mount_state(mountinfo_text, plan):
 class FilterModule:
     def filters(self):
         return {f.__name__: f for f in (hicache_findings, hicache_fleet_findings, hicache_files, hicache_settings, hicache_preflight,
-                                        hicache_storage, hicache_limits, hicache_nic, hicache_mount_state)}
+                                        hicache_storage, hicache_limits, hicache_nic, hicache_image, hicache_mount_state)}

@@ -5,7 +5,7 @@
 # Idempotent: packages are installed once, the config is rewritten only when it differs.
 set -euo pipefail
 packages=(podman runc conmon netavark aardvark-dns containernetworking-plugins golang-github-containers-common
-          iptables uidmap catatonit fuse-overlayfs slirp4netns mmdebstrap zstd openssh-client)
+          iptables uidmap catatonit fuse-overlayfs slirp4netns mmdebstrap zstd openssh-client docker-registry)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

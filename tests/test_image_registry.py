@@ -1,0 +1,79 @@
+"""The sglang_image role against a real registry (Debian's docker-registry on 127.0.0.1), pulling with
+this machine's podman: pull, no-op re-run, a registry briefly down, a digest pin kept and refused."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import yaml
+from registry import Registry
+from support import ROOT
+
+pytestmark = pytest.mark.slow
+ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory):
+    reg = Registry(tmp_path_factory.mktemp("registry")).start()
+    reg.digest = reg.push_tiny_image("hicache-test/tiny:v0.5.21")
+    yield reg
+    reg.stop()
+    subprocess.run(["podman", "rmi", "-f", f"{reg.address}/hicache-test/tiny:v0.5.21"], capture_output=True)
+
+
+def run_role(tmp_path: pathlib.Path, registry, **variables) -> subprocess.CompletedProcess:
+    image = f"{registry.address}/hicache-test/tiny:v0.5.21"
+    inventory = {"all": {"hosts": {"localhost": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
+                         "vars": {"hicache_image": image, "hicache_model_path": "/models/m", "hicache_container_runtime": "podman",
+                                  "hicache_image_tls_verify": False, "hicache_image_pull_retries": 6, "hicache_image_pull_delay": 2,
+                                  **{f"hicache_{k}": v for k, v in variables.items()}}}}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    (tmp_path / "play.yml").write_text("- hosts: all\n  gather_facts: false\n  roles: [sglang_image]\n")
+    return subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")], cwd=ROOT,
+                          env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}, capture_output=True, text=True, timeout=600)
+
+
+def changed(proc) -> int:
+    return int(re.search(r"localhost\s*:.*changed=(\d+)", proc.stdout).group(1))
+
+
+def image_exists(registry) -> bool:
+    return subprocess.run(["podman", "image", "exists", f"{registry.address}/hicache-test/tiny:v0.5.21"]).returncode == 0
+
+
+def test_pull_then_nothing_to_do(tmp_path, registry):
+    subprocess.run(["podman", "rmi", "-f", f"{registry.address}/hicache-test/tiny:v0.5.21"], capture_output=True)
+    first = run_role(tmp_path, registry)
+    assert first.returncode == 0 and changed(first) == 1 and image_exists(registry), first.stdout[-2000:]
+    again = run_role(tmp_path, registry)
+    assert again.returncode == 0 and changed(again) == 0
+
+
+def test_a_registry_briefly_down_is_retried(tmp_path, registry):
+    subprocess.run(["podman", "rmi", "-f", f"{registry.address}/hicache-test/tiny:v0.5.21"], capture_output=True)
+    registry.stop()
+    restart = threading.Timer(15, registry.start)  # longer than Ansible start-up plus podman's own retries
+    restart.start()
+    started = time.monotonic()
+    run = run_role(tmp_path, registry)
+    restart.join()
+    assert run.returncode == 0 and "FAILED - RETRYING" in run.stdout and image_exists(registry), run.stdout[-2000:]
+    assert time.monotonic() - started >= 15
+
+
+def test_the_pinned_digest_is_pulled_and_a_wrong_one_refused_keeping_the_image(tmp_path, registry):
+    pinned = run_role(tmp_path, registry, image_digest=registry.digest)
+    assert pinned.returncode == 0, pinned.stdout[-2000:]
+    assert run_role(tmp_path, registry, image_digest=registry.digest).stdout.count("changed=0") == 1
+    wrong = run_role(tmp_path, registry, image_digest="sha256:" + "0" * 64, image_pull_retries=1)
+    assert wrong.returncode != 0
+    assert "could not pull" in wrong.stdout and "the image already on the host, if any, is kept" in wrong.stdout
+    assert image_exists(registry)
