@@ -215,6 +215,13 @@ def upgrade(image: str = typer.Option(..., "--image", help="The new image, pinne
 
 
 @app.command()
+def restart(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bool = JsonOpt,
+            check: bool = typer.Option(False, "--check", help="Dry run.")) -> None:
+    """Restart the servers in batches (hicache_serial, default 1 host), each waited for on /health."""
+    _run("restart.yml", inventory, limit, json, check=check, show_diff=False, verb="would change" if check else "changed", rolling=True)
+
+
+@app.command()
 def rollback(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bool = JsonOpt,
              check: bool = typer.Option(False, "--check", help="Dry run.")) -> None:
     """Put each host's previous config (and image) back, restart, and wait for /health."""

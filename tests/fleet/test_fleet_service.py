@@ -165,3 +165,14 @@ def test_nixl_uring_failure_falls_back_to_posix_aio_and_says_so(served_fleet):
     again = cli_json("deploy", "--inventory", str(inventory), "--limit", host)
     assert again["ok"] and again["hosts"][host]["changed"] == 0
     assert any("runs with posix_aio" in n for n in again["hosts"][host]["notes"])
+
+
+def test_restart_goes_host_by_host(served_fleet):
+    inventory = served_fleet.inventory(extra_vars={**SERVICE_VARS, "hicache_served_model_name": "restart"}, name="served-restart")
+    cli("deploy", "--inventory", str(inventory), check_rc=0)
+    hosts = sorted(served_fleet.hosts)
+    before = {h: main_pid(served_fleet, h) for h in hosts}
+    run = cli("restart", "--inventory", str(inventory), check_rc=0)
+    assert all(main_pid(served_fleet, h) != before[h] for h in hosts)
+    order = [line.split(":")[0].strip() for line in run.stderr.splitlines() if "Restart the server ... changed" in line]
+    assert order == hosts
