@@ -176,6 +176,17 @@ def _image_source(d, out):
 
 
 @rule
+def _model_source(d, out):
+    if d.model_source and not d.model_dir:
+        out.error("hicache_model_dir", "model-dir-required", f"hicache_model_source {d.model_source} needs a directory for the weights.", "set hicache_model_dir (mounted at hicache_model_path).")
+    if d.model_source == "hub" and not d.model_repo:
+        out.error("hicache_model_repo", "model-repo-required", "is needed to download from the hub.", "set it, e.g. Qwen/Qwen3-8B.")
+    for name, digest in d.model_files.items():
+        if not (isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{64}", digest)):
+            out.error(f"hicache_model_files.{name}", "model-file-digest", "is not a sha256 hex digest.", "give the file's sha256sum.")
+
+
+@rule
 def _sglang_version_known(d, out):
     if d.sglang_version is None:
         out.error("hicache_sglang_version", "sglang-version", f"cannot be read from the image {d.image!r}.",

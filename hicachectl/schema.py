@@ -65,6 +65,11 @@ VARIABLES: tuple[Var, ...] = (
     _v("hicache_max_fail_percentage", "int", 100, "A batch with more failed hosts than this stops the rollout (upgrade uses 0).", role="site"),
     _v("hicache_health_timeout", "int", 1800, "Seconds to wait for /health after a (re)start; big models load for 10+ minutes."),
     # --- SGLang: model and serving -------------------------------------------------------------
+    _v("hicache_model_source", "str", None, "Where hicache_model_dir gets its weights: path (already there, checked) or hub (downloaded once); None: the server resolves hicache_model_path.",
+       choices=("path", "hub"), role="model"),
+    _v("hicache_model_repo", "str", None, "Hub repository to download (hicache_model_source: hub), e.g. nvidia/Llama-4-Maverick-17B-128E-Instruct-FP8.", role="model"),
+    _v("hicache_model_hub_token", "str", None, "Hub token for gated models; keep it in Ansible Vault. Passed to the download only through its environment, never logged.", role="model"),
+    _v("hicache_model_files", "dict", {}, "Files of the model (relative path: sha256) checked after download or on the shared path.", role="model"),
     _v("hicache_model_path", "str", NO_DEFAULT, "--model-path as the server sees it (a path in the container or a hub id).", flag="--model-path"),
     _v("hicache_served_model_name", "str", None, "--served-model-name; part of every L3 key, so keep it stable and without ':'.", flag="--served-model-name"),
     _v("hicache_host", "str", None, "--host (SGLang default 127.0.0.1).", flag="--host"),

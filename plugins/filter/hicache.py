@@ -112,6 +112,12 @@ def hicache_image(variables, host):
             "retries": d.image_pull_retries, "delay": d.image_pull_delay, "tls_verify": d.image_tls_verify}
 
 
+def hicache_model(variables, host):
+    d = _deployment(variables, host)
+    return {"source": d.model_source, "dir": d.model_dir, "repo": d.model_repo, "files": dict(d.model_files),
+            "stamp": f"{d.model_dir}/.hicache-downloaded" if d.model_dir else None}
+
+
 def hicache_mount_state(mountinfo_text, plan):
     """The live mount at the plan's mount point: problems ([] = as wanted) and its read-ahead file."""
     mount = plan.get("mount")
@@ -126,4 +132,4 @@ def hicache_mount_state(mountinfo_text, plan):
 class FilterModule:
     def filters(self):
         return {f.__name__: f for f in (hicache_findings, hicache_fleet_findings, hicache_files, hicache_settings, hicache_preflight,
-                                        hicache_storage, hicache_limits, hicache_nic, hicache_image, hicache_mount_state)}
+                                        hicache_storage, hicache_limits, hicache_nic, hicache_image, hicache_model, hicache_mount_state)}
