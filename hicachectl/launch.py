@@ -162,6 +162,8 @@ def container_run_groups(d, detach: bool = True) -> list[list[str]]:
         groups.append(["-v", f"{d.cache_dir}:{d.cache_container_dir}:rw"])
     groups.append(["-v", f"{d.cfg_dir}:{CONTAINER_CFG_DIR}:ro"])
     groups.extend(["-e", f"{k}={v}"] for k, v in container_env(d).items())
+    if d.container_seccomp:
+        groups.append(["--security-opt", f"seccomp={d.container_seccomp}"])
     if d.container_extra_args:
         groups.append([str(a) for a in d.container_extra_args])
     groups.append(["--entrypoint", "bash"])

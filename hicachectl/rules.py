@@ -467,6 +467,17 @@ _DYNAMIC_REQUIRED = ("backend_name", "module_path", "class_name")
 
 
 @rule
+def _uring_in_container(d, out):
+    from hicachectl.launch import uses_uring
+
+    if uses_uring(d) and d.container_runtime == "docker" and not d.container_seccomp:
+        out.warn("hicache_container_seccomp", "uring-seccomp",
+                 "NIXL's POSIX plugin is asked for io_uring, which Docker's default seccomp profile blocks (io_uring_setup/enter/register); "
+                 "NIXL then fails to create its backend and the deploy falls back to posix_aio.",
+                 "set hicache_container_seccomp to a profile that allows the io_uring syscalls (or unconfined), or use posix_aio.")
+
+
+@rule
 def _dynamic_backend(d, out):
     if d.storage_backend != "dynamic":
         return

@@ -57,6 +57,7 @@ VARIABLES: tuple[Var, ...] = (
     _v("hicache_container_gpus", "str", "all", "Value of --gpus for the container."),
     _v("hicache_container_ulimits", "dict", {"memlock": -1, "stack": 67108864}, "--ulimit values (memlock -1 = unlimited; stack in bytes)."),
     _v("hicache_container_env", "dict", {}, "Extra environment for the container (e.g. SAFETENSORS_FAST_GPU: '1'); the backend's own variables are added for you."),
+    _v("hicache_container_seccomp", "str", None, "--security-opt seccomp=...: a profile path, or unconfined; None keeps the runtime's default (Docker's blocks io_uring).", role="container_runtime"),
     _v("hicache_container_extra_args", "list", [], "Extra arguments for `docker run`, placed before the image."),
     _v("hicache_launcher", "list", ["python3", "-m", "sglang.launch_server"], "Command that start.sh execs, before the SGLang flags."),
     # --- the service -------------------------------------------------------------------------------

@@ -48,3 +48,18 @@ def test_netapp_rsize_above_64k_warns():
 def test_the_seeds_json_boolean_for_nixl_warns():
     assert ("warning", "nixl-bool-text", "hicache_extra_config.use_uring") in findings("vast")
     assert not any(f[1] == "nixl-bool-text" for f in findings("vast", extra_config={"use_direct_io": True, "use_uring": "true"}))
+
+
+def test_uring_under_docker_warns_about_seccomp_until_a_profile_is_set():
+    assert ("warning", "uring-seccomp", "hicache_container_seccomp") in findings("vast")
+    assert not any(f[1] == "uring-seccomp" for f in findings("vast", container_seccomp="/etc/hicache/seccomp-uring.json"))
+    assert not any(f[1] == "uring-seccomp" for f in findings("vast", extra_config={"use_direct_io": True, "use_posix_aio": "true"}))
+
+
+def test_the_seccomp_profile_reaches_docker_run():
+    from helpers import deployment
+
+    from hicachectl import launch
+
+    argv = launch.container_argv(deployment("vast", container_seccomp="unconfined"))
+    assert argv[argv.index("--security-opt") + 1] == "seccomp=unconfined"

@@ -112,6 +112,14 @@ def hicache_image(variables, host):
             "retries": d.image_pull_retries, "delay": d.image_pull_delay, "tls_verify": d.image_tls_verify}
 
 
+def hicache_runtime(variables, host):
+    d = _deployment(variables, host)
+    from hicachectl import limits as _limits
+
+    return {"runtime": d.container_runtime if launch.in_container(d) else None, "service": _limits.runtime_service(d),
+            "strict": bool(d.strict), "restart": bool(d.limits_restart_runtime)}
+
+
 def hicache_model(variables, host):
     d = _deployment(variables, host)
     return {"source": d.model_source, "dir": d.model_dir, "repo": d.model_repo, "files": dict(d.model_files),
@@ -132,4 +140,4 @@ def hicache_mount_state(mountinfo_text, plan):
 class FilterModule:
     def filters(self):
         return {f.__name__: f for f in (hicache_findings, hicache_fleet_findings, hicache_files, hicache_settings, hicache_preflight,
-                                        hicache_storage, hicache_limits, hicache_nic, hicache_image, hicache_model, hicache_mount_state)}
+                                        hicache_storage, hicache_limits, hicache_nic, hicache_image, hicache_model, hicache_runtime, hicache_mount_state)}
