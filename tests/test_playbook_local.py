@@ -33,6 +33,7 @@ def base(tmp_path) -> pathlib.Path:
     return tmp_path / "hicache"
 
 
+@pytest.mark.slow  # a whole site.yml run (10-25 s)
 def test_converge_then_second_run_changes_nothing(base):
     first = playbook(base)
     assert first.returncode == 0, first.stdout + first.stderr
@@ -44,6 +45,7 @@ def test_converge_then_second_run_changes_nothing(base):
     assert second.returncode == 0 and recap(second.stdout)["changed"] == 0, second.stdout
 
 
+@pytest.mark.slow  # a whole site.yml run (10-25 s)
 def test_an_existing_script_is_backed_up_not_lost(base):
     (base / "cfg").mkdir(parents=True)
     (base / "cfg/start.sh").write_text("#!/bin/sh\n# hand-made\n")
@@ -53,6 +55,7 @@ def test_an_existing_script_is_backed_up_not_lost(base):
     assert [b.read_text() for b in backups] == ["#!/bin/sh\n# hand-made\n"]
 
 
+@pytest.mark.slow  # a whole site.yml run (10-25 s)
 def test_check_mode_reports_and_changes_nothing(base):
     run = playbook(base, "--check", "--diff")
     assert run.returncode == 0, run.stdout
@@ -60,6 +63,7 @@ def test_check_mode_reports_and_changes_nothing(base):
     assert not base.exists()
 
 
+@pytest.mark.slow  # a whole site.yml run (10-25 s)
 def test_plan_shows_the_planned_files_and_touches_nothing(tmp_path, base):
     inventory = tmp_path / "inv"
     cli("init", "--profile", "local", "--hosts", "localhost", "--out", str(inventory), check_rc=0)
@@ -78,6 +82,7 @@ def test_plan_shows_the_planned_files_and_touches_nothing(tmp_path, base):
             ("Install start.sh, run.sh, serve.sh and the backend config", "start.sh"), ("Install start.sh, run.sh, serve.sh and the backend config", "run.sh")} <= planned
 
 
+@pytest.mark.slow  # a whole site.yml run (10-25 s)
 def test_plan_of_the_builtin_local_inventory():
     """README command 1's last step, exactly: it succeeds here and shows the files for localhost."""
     before = {p: os.path.exists(p) for p in ("/opt/sglang-hicache", "/mnt/nvme/sglang-hicache")}
