@@ -7,7 +7,6 @@ Heavy imports (Ansible, Jinja) happen inside the commands so `--help` stays inst
 from __future__ import annotations
 
 import pathlib
-import sys
 
 import typer
 
@@ -272,7 +271,3 @@ def _run(playbook: str, inventory: str, limit: str | None, json: bool, *, check:
                                 [[h.host, verb if check and h.status == "changed" else h.status, h.ok, h.changed, h.failed, h.skipped, "; ".join(h.reasons)]
                                  for h in sorted(result.hosts.values(), key=lambda r: r.host)]))
     raise typer.Exit(EXIT_OK if result.succeeded else EXIT_INVALID)
-
-
-def main() -> None:  # pragma: no cover
-    sys.exit(app())

@@ -15,7 +15,6 @@ from typing import Any
 
 from hicachectl import schema
 
-_PY_TYPES = {"str": str, "int": int, "float": float, "bool": bool, "list": list, "dict": dict}
 PREFIX = "hicache_"
 
 
