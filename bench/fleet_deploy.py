@@ -19,6 +19,9 @@ from fleet import Fleet  # noqa: E402
 DEFAULTS_CFG = f"""[defaults]
 roles_path = {ROOT}/roles
 filter_plugins = {ROOT}/plugins/filter
+action_plugins = {ROOT}/plugins/action
+library = {ROOT}/plugins/modules
+lookup_plugins = {ROOT}/plugins/lookup
 host_key_checking = False
 """
 
