@@ -74,18 +74,16 @@ def compare_mount(entry: MountEntry | None, expected_options: tuple[str, ...], e
     problems = []
     if entry.source != expected_source:
         problems.append(f"source is {entry.source}, expected {expected_source}")
-    live_type = entry.fstype
-    if fstype == "nfs" and live_type not in ("nfs", "nfs4"):
-        problems.append(f"filesystem is {live_type}, expected NFS")
+    if fstype == "nfs" and entry.fstype not in ("nfs", "nfs4"):
+        problems.append(f"filesystem is {entry.fstype}, expected NFS")
     live = entry.option_map()
     for option in expected_options:
         key, _, value = option.partition("=")
         if key.startswith(("_", "x-systemd")) or key in ("nofail", "defaults", "spread_reads", "spread_writes", "localports"):
             continue
-        if key == "vers" and live.get("vers", "").split(".")[0] != value.split(".")[0]:
-            problems.append(f"vers={live.get('vers')}, expected {value}")
-        elif key == "vers":
-            if "." in value and live.get("vers") != value:
+        if key == "vers":  # vers=4.1 must match exactly; vers=3 matches any 3.x the kernel reports
+            live_vers = live.get("vers") or ""
+            if (live_vers if "." in value else live_vers.split(".")[0]) != value:
                 problems.append(f"vers={live.get('vers')}, expected {value}")
         elif key not in live:
             problems.append(f"{key} is not in effect (expected {option})")
