@@ -119,6 +119,45 @@ def init(profile: str = typer.Option(..., help="One of the shipped inventories: 
 
 
 @app.command()
+def size(config: pathlib.Path = typer.Option(..., "--config", help="The model's config.json, or its directory."),
+         inventory: str | None = typer.Option(None, "--inventory", "-i", help="Take tp, pp, page size and workload from this inventory."),
+         host: str | None = typer.Option(None, "--host", help="The inventory host to read (default: the first)."),
+         tp: int | None = typer.Option(None, "--tp", help="Tensor parallel ranks."),
+         pp: int | None = typer.Option(None, "--pp", help="Pipeline parallel stages."),
+         page_size: int | None = typer.Option(None, "--page-size", help="Tokens per page."),
+         kv_dtype: str | None = typer.Option(None, "--kv-cache-dtype", help="auto (the model's dtype), bf16, fp8_e4m3, ..."),
+         context: int | None = typer.Option(None, "--context", help="Tokens per request (default 131072)."),
+         concurrency: int | None = typer.Option(None, "--concurrency", help="Requests in flight."),
+         prefixes: int | None = typer.Option(None, "--prefixes", help="Distinct prefixes L3 must keep."),
+         ttft: float | None = typer.Option(None, "--target-ttft", help="Warm TTFT target in seconds: gives the L3 read bandwidth needed."),
+         json: bool = JsonOpt) -> None:
+    """KV bytes per token and page, host pool per rank, L3 capacity and bandwidth for a model. Touches no host."""
+    from hicachectl import report, sizing
+
+    overrides = dict(tp_size=tp, pp_size=pp, page_size=page_size, kv_cache_dtype=kv_dtype, context_tokens=context,
+                     concurrency=concurrency, prefixes=prefixes, target_warm_ttft_s=ttft)
+    try:
+        shape = sizing.model_shape(sizing.load_config(config))
+        if inventory:
+            _, deployments, findings = _check(inventory, host)
+            d = next((d for d in deployments.values() if d is not None), None)
+            if d is None:
+                _say("error: the inventory has no valid host to read; run `hicachectl validate`.")
+                raise typer.Exit(EXIT_INVALID)
+            workload = sizing.workload_for(d, **overrides)
+        else:
+            workload = sizing.Workload(**{k: v for k, v in overrides.items() if v is not None})
+        result = sizing.size(shape, workload)
+    except sizing.SizingError as exc:
+        _say(f"error: {exc}")
+        raise typer.Exit(EXIT_INVALID) from exc
+    if json:
+        report.emit_json(result.as_dict())
+    else:
+        typer.echo(report.table(["quantity", "value"], sizing.lines(result)))
+
+
+@app.command()
 def plan(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bool = JsonOpt,
          diff: bool = typer.Option(True, "--diff/--no-diff", help="Show the content of each planned change.")) -> None:
     """Dry run: what a deploy would change on each host (Ansible check mode with diff). Changes nothing."""

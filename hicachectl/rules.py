@@ -522,6 +522,32 @@ def _host_pool_fits(d, out):
 
 
 @rule
+def _working_set(d, out):
+    """With the model's config, the host pool and the L3 tier are checked against the workload they must hold."""
+    if d.model_config is None:
+        return
+    from hicachectl import sizing
+
+    try:
+        s = sizing.size(sizing.model_shape(sizing.load_config(d.model_config)), sizing.workload_for(d))
+    except sizing.SizingError as exc:
+        out.error("hicache_model_config", "model-config", str(exc), "point it at the model's config.json on this machine.")
+        return
+    w = s.workload
+    if d.size_gb is not None and d.size_gb * sizing.GB < s.host_pool_per_rank:
+        out.warn("hicache_size_gb", "host-pool-working-set",
+                 f"{d.size_gb} GB per rank holds {d.size_gb * sizing.GB // s.page_bytes_per_rank} pages of "
+                 f"{sizing.human(s.page_bytes_per_rank)}, but {w.concurrency} request(s) x {w.context_tokens} tokens need "
+                 f"{s.host_pool_per_rank / sizing.GB:.0f} GB; pages beyond it are dropped (fewer L3 hits).",
+                 f"raise hicache_size_gb to {-(-s.host_pool_per_rank // sizing.GB)} or lower hicache_workload_concurrency.")
+    if d.storage_capacity_gb is not None and d.workload_prefixes and d.storage_capacity_gb * sizing.GB < s.l3_capacity:
+        out.warn("hicache_storage_capacity_gb", "l3-capacity",
+                 f"{d.storage_capacity_gb} GB cannot keep {w.prefixes} prefixes of {w.context_tokens} tokens "
+                 f"({s.l3_bytes_per_prefix / sizing.GB:.1f} GB each, {s.l3_capacity / sizing.GB:.0f} GB in all).",
+                 f"give the tier {-(-s.l3_capacity // sizing.GB)} GB or lower hicache_workload_prefixes.")
+
+
+@rule
 def _nic(d, out):
     if d.nic_max_read_request is not None and (d.nic_max_read_request not in (128, 256, 512, 1024, 2048, 4096)):
         out.error("hicache_nic_max_read_request", "range", f"{d.nic_max_read_request} is not a PCIe MaxReadReq size.", "use 128, 256, 512, 1024, 2048 or 4096.")

@@ -106,6 +106,12 @@ VARIABLES: tuple[Var, ...] = (
     # --- host facts the rules use -----------------------------------------------------------------
     _v("hicache_host_ram_gb", "int", None, "Host RAM in GB when known before deployment; the rules check the host pool against it.", role="preflight"),
     _v("hicache_host_ram_headroom_gb", "int", 64, "RAM kept free for the OS, the runtime and SGLang's own process beside the host pool.", role="preflight"),
+    # --- sizing: the working set validate checks the host pool and the L3 tier against -------------------
+    _v("hicache_model_config", "str", None, "The model's config.json (or its directory) on the controller; with it, validate checks the host pool and L3 capacity (see `hicachectl size`).", role="preflight"),
+    _v("hicache_workload_context_tokens", "int", None, "Tokens per request the tiers must hold (default: hicache_context_length, else 131072).", role="preflight"),
+    _v("hicache_workload_concurrency", "int", None, "Requests in flight the host pool must hold (default: hicache_max_running_requests, else 1).", role="preflight"),
+    _v("hicache_workload_prefixes", "int", None, "Distinct prefixes the L3 tier must keep; checked against hicache_storage_capacity_gb.", role="preflight"),
+    _v("hicache_storage_capacity_gb", "int", None, "Space of the L3 tier for this server's pages, in GB (1e9 bytes).", role="preflight"),
     _v("hicache_strict", "bool", False, "Fail (rather than skip with a reason) when hardware or tools the inventory relies on are missing.", role="preflight"),
     _v("hicache_preflight_min_free_gb", "int", 10, "Free space the filesystem of hicache_base_dir must have.", role="preflight"),
     # --- the L3 storage mount ------------------------------------------------------------------
