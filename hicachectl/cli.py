@@ -243,6 +243,52 @@ def status(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bo
 
 
 @app.command()
+def verify(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bool = JsonOpt,
+           l3: bool = typer.Option(False, "--l3", help="Also prove L3 persistence: write a long prompt, restart the server "
+                                                        "(hicache_serial hosts at a time), and require hits from storage.")) -> None:
+    """Check each host (mount, read-ahead, memlock, NICs) and its server (/health, served name, a chat
+    completion, cache report, metrics). Changes nothing, except that --l3 restarts the servers.
+
+    Exit 0: every check passed (or was skipped with its reason); 1: a check failed; 2: a host could not be checked.
+    """
+    from hicachectl import report, rules, runner
+
+    inv, deployments, findings = _check(inventory, limit)
+    if rules.has_errors(findings):
+        _print_findings(inv, findings)
+        raise typer.Exit(EXIT_INVALID)
+    _say(f"verifying {len(deployments)} host(s) of {inv.name}" + (" with the L3 persistence proof (restarts each server)" if l3 else ""))
+    result = runner.run_playbook("verify.yml", inv.path, limit=limit, extravars=_play_vars(deployments, l3, {"__hicache_verify_l3_requested": l3}),
+                                 progress=lambda host, task, status: _say(f"  {host}: {task} ... {status}") if status != "ok" else None)
+    hosts, code = {}, EXIT_OK
+    for host in sorted(deployments):
+        outcome = result.hosts.get(host)
+        verdict = outcome.facts.get("__hicache_verify_result") if outcome else None
+        if verdict is None:
+            hosts[host] = {"ok": False, "error": "; ".join(outcome.reasons) if outcome else "not run", "checks": []}
+            code = 2
+            continue
+        skips = [dict(zip(("check", "detail"), skip.split(" : ", 1)[-1].split(": ", 1), strict=False), status="skip", cause="")
+                 for skip in outcome.skips if ": condition false: " not in skip]
+        hosts[host] = {"ok": verdict["ok"], "checks": skips + verdict["checks"]}
+        if not verdict["ok"] and code == EXIT_OK:
+            code = EXIT_INVALID
+    if json:
+        report.emit_json({"inventory": inv.name, "l3": l3, "exit_code": code, "hosts": hosts})
+        raise typer.Exit(code)
+    typer.echo(report.table(["host", "check", "result", "detail"],
+                            [[h, c["check"], c["status"], c["detail"]] for h, r in hosts.items() for c in r["checks"]]
+                            + [[h, "-", "error", r["error"]] for h, r in hosts.items() if "error" in r]))
+    for host, r in hosts.items():
+        for c in r["checks"]:
+            if c["status"] == "fail" and c["cause"]:
+                typer.echo(f"{host}: {c['check']}: {c['cause']}")
+    skipped = sum(c["status"] == "skip" for r in hosts.values() for c in r["checks"])
+    typer.echo("verify: " + ("passed" if code == EXIT_OK else "FAILED") + (f" ({skipped} check(s) skipped, not proven)" if skipped else ""))
+    raise typer.Exit(code)
+
+
+@app.command()
 def upgrade(image: str = typer.Option(..., "--image", help="The new image, pinned by tag or digest."),
             inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bool = JsonOpt,
             check: bool = typer.Option(False, "--check", help="Dry run.")) -> None:
@@ -266,6 +312,16 @@ def rollback(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: 
     _run("rollback.yml", inventory, limit, json, check=check, show_diff=check, verb="would change" if check else "changed", rolling=True)
 
 
+def _play_vars(deployments: dict, rolling: bool, extravars: dict | None = None) -> dict:
+    """Batch size and failure tolerance for the play (play keywords cannot read inventory variables)."""
+    extravars = dict(extravars or {})
+    if deployments and all(d is not None for d in deployments.values()):
+        first = next(iter(deployments.values()))
+        extravars.setdefault("hicache_serial", 1 if rolling and not first.serial else first.serial)
+        extravars.setdefault("hicache_max_fail_percentage", 0 if rolling else first.max_fail_percentage)
+    return extravars
+
+
 def _run(playbook: str, inventory: str, limit: str | None, json: bool, *, check: bool, show_diff: bool, verb: str,
          extravars: dict | None = None, rolling: bool = False) -> None:
     from hicachectl import report, rules, runner
@@ -281,11 +337,7 @@ def _run(playbook: str, inventory: str, limit: str | None, json: bool, *, check:
             _say(f"  {host}: {task} ... {status}")
 
     _say(f"{'checking' if check else 'running'} {playbook} on {len(deployments)} host(s) of {inv.name}")
-    extravars = dict(extravars or {})
-    if deployments and all(d is not None for d in deployments.values()):
-        first = next(iter(deployments.values()))  # play keywords cannot read inventory variables
-        extravars.setdefault("hicache_serial", 1 if rolling and not first.serial else first.serial)
-        extravars.setdefault("hicache_max_fail_percentage", 0 if rolling else first.max_fail_percentage)
+    extravars = _play_vars(deployments, rolling, extravars)
     result = runner.run_playbook(playbook, inv.path, limit=limit, check=check, diff=show_diff or check, progress=progress, extravars=extravars)
     if json:
         report.emit_json({"inventory": inv.name, "check": check, "ok": result.succeeded,

@@ -6,7 +6,7 @@ import json
 
 from ansible.errors import AnsibleFilterError
 
-from hicachectl import hoststate, image, launch, limits, nic, preflight, render, rules, storage
+from hicachectl import hoststate, image, launch, limits, metrics, nic, preflight, render, rules, storage, verify
 from hicachectl.inventory import plain
 from hicachectl.model import PREFIX
 
@@ -137,7 +137,23 @@ def hicache_mount_state(mountinfo_text, plan):
             "read_ahead_path": hoststate.bdi_read_ahead_path(entry) if entry is not None else None}
 
 
+def hicache_verify_plan(hostvars, host, salt):
+    """What verify sends to this host's server."""
+    return verify.plan(_deployment(hostvars, host), str(salt))
+
+
+def hicache_verify_judge(observations, hostvars, host, l3=False):
+    """verify's checks for this host from what its server answered."""
+    return verify.judge(_deployment(hostvars, host), plain(observations), bool(l3))
+
+
+def hicache_metric(text, name):
+    """A metric's total in /metrics text (0 when absent), counted once across TP ranks."""
+    return metrics.total(text, name) or 0
+
+
 class FilterModule:
     def filters(self):
         return {f.__name__: f for f in (hicache_findings, hicache_fleet_findings, hicache_files, hicache_settings, hicache_preflight,
-                                        hicache_storage, hicache_limits, hicache_nic, hicache_image, hicache_model, hicache_runtime, hicache_mount_state)}
+                                        hicache_storage, hicache_limits, hicache_nic, hicache_image, hicache_model, hicache_runtime, hicache_mount_state,
+                                        hicache_verify_plan, hicache_verify_judge, hicache_metric)}

@@ -176,3 +176,42 @@ def test_restart_goes_host_by_host(served_fleet):
     assert all(main_pid(served_fleet, h) != before[h] for h in hosts)
     order = [line.split(":")[0].strip() for line in run.stderr.splitlines() if "Restart the server ... changed" in line]
     assert order == hosts
+
+
+def checks_of(report: dict, host: str) -> dict[str, dict]:
+    return {c["check"]: c for c in report["hosts"][host]["checks"]}
+
+
+def test_verify_l3_proves_that_pages_survive_a_restart(served_fleet):
+    inventory = served_fleet.inventory(extra_vars={**SERVICE_VARS, "hicache_served_model_name": "verify"}, name="served-verify")
+    cli("deploy", "--inventory", str(inventory), check_rc=0)
+    pids = {h: main_pid(served_fleet, h) for h in served_fleet.hosts}
+    run = cli("verify", "--inventory", str(inventory), "--l3", "--json")
+    report = json.loads(run.stdout)
+    assert report["exit_code"] == 0 and run.returncode == 0, run.stdout
+    for host in served_fleet.hosts:
+        checks = checks_of(report, host)
+        for name in ("/health", "/v1/models", "chat completion", "cache report", "/metrics", "L3 write", "restart", "L3 hit after restart"):
+            assert checks[name]["status"] == "pass", checks
+        assert "loaded from storage" in checks["L3 hit after restart"]["detail"]
+        assert main_pid(served_fleet, host) != pids[host]  # the proof restarted the server
+
+
+@pytest.mark.parametrize("edit,expected", [
+    ("s/--page-size 16/--page-size 32/", "page size 16 -> 32"),
+    ("s/--served-model-name verify/--served-model-name renamed-on-disk/", "served model name verify -> renamed-on-disk"),
+])
+def test_verify_l3_explains_a_server_that_comes_back_with_other_keys(served_fleet, edit, expected):
+    """start.sh edited on the host behind the inventory's back: the restart of the proof picks it up."""
+    host = sorted(served_fleet.hosts)[1]
+    inventory = served_fleet.inventory(extra_vars={**SERVICE_VARS, "hicache_served_model_name": "verify"}, name="served-verify")
+    cli("deploy", "--inventory", str(inventory), "--limit", host, check_rc=0)
+    assert served_fleet.ssh(host, f"sed -i '{edit}' /opt/sglang-hicache/cfg/start.sh").returncode == 0
+    try:
+        run = cli("verify", "--inventory", str(inventory), "--limit", host, "--l3")
+        assert run.returncode == 1, run.stdout
+        line = next(line for line in run.stdout.splitlines() if line.startswith(f"{host}: L3 hit after restart:"))
+        assert expected in line and "the keys differ" in line, line
+        assert "verify: FAILED" in run.stdout
+    finally:
+        cli("deploy", "--inventory", str(inventory), "--limit", host, check_rc=0)

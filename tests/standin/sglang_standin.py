@@ -10,7 +10,7 @@ the tests need to observe:
 - an L3 prefix cache in the storage directory (the file or NIXL backend's directory from the env),
   keyed like SGLang: a SHA-256 chain over pages of token ids that starts from the served model name
   and the page size, so changing either makes every page miss; it survives restarts.
-Tokens are whitespace-separated words. Faults for tests: STANDIN_NEVER_HEALTHY=1 (a bad image),
+With write_back nothing reaches L3 (the host pool never evicts here). Tokens are whitespace-separated words. Faults for tests: STANDIN_NEVER_HEALTHY=1 (a bad image),
 STANDIN_URING_BROKEN=1 (the NIXL POSIX plugin cannot create its io_uring backend when asked for it).
 Stdlib only, so it runs on a bare test host.
 """
@@ -35,6 +35,7 @@ def parse_args(argv):
     parser.add_argument("--port", type=int, default=30000)
     parser.add_argument("--page-size", type=int, default=1)
     parser.add_argument("--hicache-storage-backend")
+    parser.add_argument("--hicache-write-policy", default="write_through")
     parser.add_argument("--hicache-storage-backend-extra-config")
     parser.add_argument("--enable-metrics", action="store_true")
     parser.add_argument("--enable-cache-report", action="store_true")
@@ -102,7 +103,7 @@ class Server:
         cached = hit_pages * self.args.page_size
         time.sleep(((len(tokens) - cached) * self.prefill_us + cached * self.load_us) / 1e6)
         written = 0
-        if self.l3:  # write-through of the pages not yet in L3
+        if self.l3 and self.args.hicache_write_policy != "write_back":  # write-through of the pages not yet in L3
             for key in keys[hit_pages:]:
                 with open(os.path.join(self.l3, key), "w") as handle:
                     handle.write("kv")
@@ -143,6 +144,10 @@ def handler_for(server):
         def do_GET(self):
             if self.path in ("/health", "/health_generate", "/ready"):
                 return self.send(200, {"status": "ok"}) if server.ready else self.send(503, {"status": "loading"})
+            if self.path in ("/server_info", "/get_server_info"):
+                return self.send(200, {"served_model_name": server.args.served_model_name, "page_size": server.args.page_size,
+                                       "hicache_storage_backend": server.args.hicache_storage_backend,
+                                       "hicache_write_policy": server.args.hicache_write_policy, "version": "standin"})
             if self.path == "/v1/models":
                 return self.send(200, {"object": "list", "data": [{"id": server.args.served_model_name, "object": "model"}]})
             if self.path == "/metrics" and server.args.enable_metrics:
