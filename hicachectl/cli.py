@@ -6,6 +6,7 @@ Heavy imports (Ansible, Jinja) happen inside the commands so `--help` stays inst
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 
 import typer
@@ -286,6 +287,90 @@ def verify(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bo
     skipped = sum(c["status"] == "skip" for r in hosts.values() for c in r["checks"])
     typer.echo("verify: " + ("passed" if code == EXIT_OK else "FAILED") + (f" ({skipped} check(s) skipped, not proven)" if skipped else ""))
     raise typer.Exit(code)
+
+
+@app.command()
+def bench(inventory: str | None = typer.Option(None, "--inventory", "-i", help="Benchmark a host of this inventory (reached over SSH as Ansible reaches it)."),
+          host: str | None = typer.Option(None, "--host", help="The inventory host (default: the first)."),
+          url: str | None = typer.Option(None, "--url", help="Or a server's base URL, e.g. http://gpu-01:8000."),
+          concurrency: str = typer.Option("1,2,4,8,16,32,64", "--concurrency", help="Comma-separated levels; total prompts = concurrency."),
+          input_len: int = typer.Option(120_000, "--input-len", help="Prompt length in words (about one token each)."),
+          restart_command: str | None = typer.Option(None, "--restart-command", help="With --url: shell command that restarts the server "
+                                                     "between cold and warm (default: POST /flush_cache, which keeps L3)."),
+          out: pathlib.Path | None = typer.Option(None, "--out", help="Directory for bench.json and bench.png (default: ./hicache-bench-<time>)."),
+          timeout: float = typer.Option(3600, "--timeout", help="Seconds any one step may take (a 120k prompt at 64 concurrent is slow cold)."),
+          json: bool = JsonOpt) -> None:
+    """Cold vs warm time-to-first-token per concurrency level, warm answered from L3 after a restart (the seeds' method).
+
+    Exit 0: measured; 1: the server failed or could not be reached; 2: usage.
+    """
+    import contextlib
+    import datetime
+    import json as jsonlib
+    import subprocess
+    import sys
+
+    from hicachectl import bench as benching
+    from hicachectl import report, rules, runner, tunnel, verify
+
+    try:
+        levels = sorted({int(c) for c in concurrency.split(",") if c.strip()})
+    except ValueError:
+        levels = []
+    if (inventory is None) == (url is None) or not levels or min(levels) < 1 or input_len < 1:
+        _say("error: give exactly one of --inventory and --url, concurrency levels >= 1 and --input-len >= 1.")
+        raise typer.Exit(EXIT_USAGE)
+    salt = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
+    out = out or pathlib.Path(f"hicache-bench-{salt}")
+    with contextlib.ExitStack() as stack:
+        if inventory is not None:
+            from hicachectl import inventory as inv_mod
+
+            inv, deployments, findings = _check(inventory, host)
+            if rules.has_errors(findings):
+                _print_findings(inv, findings)
+                raise typer.Exit(EXIT_INVALID)
+            name, d = next(iter(deployments.items()))
+            listen = d.effective_host
+            base_url = stack.enter_context(tunnel.forward(inv_mod.connection(inventory, name), name, d.effective_port,
+                                                          "127.0.0.1" if listen in ("0.0.0.0", "::", "localhost") else listen))
+
+            def restart() -> None:
+                result = runner.run_playbook("restart.yml", inv.path, limit=name, extravars={"hicache_serial": 1, "hicache_max_fail_percentage": 0})
+                if not result.succeeded:
+                    raise benching.BenchError(f"restarting {name} failed: {'; '.join(result.hosts[name].reasons) if name in result.hosts else 'not run'}")
+
+            target = benching.Target(base_url, verify.served_name(d), restart, f"restart of {name} (hicachectl restart)")
+            label = f"{name} of {inv.name}"
+        else:
+            def restart_by_command() -> None:
+                if subprocess.run(restart_command, shell=True).returncode != 0:
+                    raise benching.BenchError(f"the restart command failed: {restart_command}")
+
+            target = benching.Target(url.rstrip("/"), None, restart_by_command if restart_command else None,
+                                     "restart command" if restart_command else "flush_cache (device and host caches; L3 kept)")
+            label = url
+        _say(f"bench {label}: {input_len} words x concurrency {levels}; warm after {target.reset_label}")
+        results = []
+        try:
+            with typer.progressbar(length=2 * sum(levels), label="requests", file=sys.stderr) as bar:
+                for level in levels:
+                    results.append(benching.run_level(target, level, input_len, salt, timeout=timeout, done=lambda: bar.update(1)))
+        except (benching.BenchError, OSError) as exc:
+            _say(f"error: {exc}")
+            raise typer.Exit(EXIT_INVALID) from exc
+    rows = benching.summary(results)
+    data = {"target": label, "input_words": input_len, "output_tokens": 1, "warm_after": target.reset_label, "salt": salt, "levels": rows,
+            "requests": {r.concurrency: {"cold": [dataclasses.asdict(q) for q in r.cold.requests],
+                                         "warm": [dataclasses.asdict(q) for q in r.warm.requests]} for r in results}}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(jsonlib.dumps(data, indent=2) + "\n")
+    benching.chart(rows, out / "bench.png", f"{label}: cold vs warm TTFT, ~{input_len} tokens, OSL 1")
+    if json:
+        report.emit_json(data)
+    else:
+        typer.echo(report.table(benching.TABLE_HEADERS, benching.table_rows(rows)))
+        typer.echo(f"wrote {out / 'bench.json'} and {out / 'bench.png'}")
 
 
 @app.command()

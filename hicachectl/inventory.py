@@ -78,3 +78,24 @@ def load(name_or_path: str, limit: str | None = None) -> Inventory:
         except AnsibleError as exc:
             raise InventoryError(f"{path}: host {host.name}: {exc}") from exc
     return Inventory(name=name_or_path, path=path, hosts=out)
+
+
+CONNECTION_VARS = ("ansible_connection", "ansible_host", "ansible_port", "ansible_user", "ansible_ssh_private_key_file")
+
+
+def connection(name_or_path: str, host: str) -> dict[str, Any]:
+    """How Ansible reaches `host` (connection type, address, port, user, key), templated."""
+    path = resolve_path(name_or_path)
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+    from ansible.vars.manager import VariableManager
+
+    loader = DataLoader()
+    manager = InventoryManager(loader=loader, sources=[str(path)])
+    found = manager.get_host(host)
+    if found is None:
+        raise InventoryError(f"{path}: no host {host!r}.")
+    host_vars = VariableManager(loader=loader, inventory=manager).get_vars(host=found, include_hostvars=False)
+    templar = Templar(loader=loader, variables=host_vars)
+    return {k: plain(templar.template(host_vars[k])) for k in CONNECTION_VARS if k in host_vars}

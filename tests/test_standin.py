@@ -3,23 +3,13 @@
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 
-import pytest
 from support import ROOT
 
 STANDIN = ROOT / "tests/standin/sglang_standin.py"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def get(url):
@@ -38,57 +28,31 @@ def chat(port, prompt, model="m"):
         return json.loads(r.read())
 
 
-@pytest.fixture
-def start(tmp_path):
-    procs = []
-
-    def run(*args, env=None):
-        port = free_port()
-        proc = subprocess.Popen([sys.executable, str(STANDIN), "--model-path", "/models/m", "--port", str(port), *args],
-                                env={"SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR": str(tmp_path / "l3"), **(env or {})},
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        procs.append(proc)
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-                return port, proc
-            except OSError:
-                if proc.poll() is not None:
-                    return port, proc
-                time.sleep(0.05)
-        raise AssertionError("stand-in did not listen")
-
-    yield run
-    for proc in procs:
-        proc.kill()
-        proc.wait()
-
-
-def test_l3_hits_survive_a_restart_and_depend_on_name_and_page_size(start):
+def test_l3_hits_survive_a_restart_and_depend_on_name_and_page_size(standin):
     args = ("--served-model-name", "m", "--page-size", "4", "--hicache-storage-backend", "file", "--enable-metrics", "--enable-cache-report")
     prompt = " ".join(f"w{i}" for i in range(40))
-    port, proc = start(*args)
+    port, proc = standin(*args)
     assert chat(port, prompt)["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
     assert "sglang:backuped_tokens_total" in get(f"http://127.0.0.1:{port}/metrics")[1]
     proc.kill()
-    port, _ = start(*args)
+    port, _ = standin(*args)
     assert chat(port, prompt)["usage"]["prompt_tokens_details"]["cached_tokens"] == 40
     assert 'sglang:cached_tokens_total{cache_source="storage"} 40' in get(f"http://127.0.0.1:{port}/metrics")[1]
-    other_page, _ = start("--served-model-name", "m", "--page-size", "8", "--hicache-storage-backend", "file", "--enable-cache-report")
+    other_page, _ = standin("--served-model-name", "m", "--page-size", "8", "--hicache-storage-backend", "file", "--enable-cache-report")
     assert chat(other_page, prompt)["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
 
 
-def test_health_while_loading_and_a_server_that_never_becomes_healthy(start):
-    port, _ = start(env={"STANDIN_LOAD_SECONDS": "1"})
+def test_health_while_loading_and_a_server_that_never_becomes_healthy(standin):
+    port, _ = standin(env={"STANDIN_LOAD_SECONDS": "1"})
     assert get(f"http://127.0.0.1:{port}/health")[0] == 503
     time.sleep(1.2)
     assert get(f"http://127.0.0.1:{port}/health")[0] == 200
     assert json.loads(get(f"http://127.0.0.1:{port}/v1/models")[1])["data"][0]["id"] == "/models/m"
-    bad, _ = start(env={"STANDIN_NEVER_HEALTHY": "1"})
+    bad, _ = standin(env={"STANDIN_NEVER_HEALTHY": "1"})
     assert get(f"http://127.0.0.1:{bad}/health")[0] == 503
 
 
-def test_broken_uring_exits_with_nixls_error(start):
-    _, proc = start("--hicache-storage-backend", "nixl", "--hicache-storage-backend-extra-config", '{"use_uring": true}',
+def test_broken_uring_exits_with_nixls_error(standin):
+    _, proc = standin("--hicache-storage-backend", "nixl", "--hicache-storage-backend-extra-config", '{"use_uring": true}',
                     env={"STANDIN_URING_BROKEN": "1"})
     assert proc.wait(timeout=10) == 1 and "EBADF" in proc.stderr.read()

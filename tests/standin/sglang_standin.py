@@ -6,7 +6,7 @@ answers SGLang's endpoints with SGLang's field and metric names (reference ยง7-ย
 the tests need to observe:
 - model loading: /health answers 503 for STANDIN_LOAD_SECONDS, then 200;
 - prefill: time = uncached prompt tokens x STANDIN_PREFILL_US_PER_TOKEN, plus cached tokens loaded
-  from L3 x STANDIN_LOAD_US_PER_TOKEN (both microseconds);
+  from L3 x STANDIN_LOAD_US_PER_TOKEN (both microseconds), one prompt at a time (concurrent ones queue);
 - an L3 prefix cache in the storage directory (the file or NIXL backend's directory from the env),
   keyed like SGLang: a SHA-256 chain over pages of token ids that starts from the served model name
   and the page size, so changing either makes every page miss; it survives restarts.
@@ -72,6 +72,7 @@ class Server:
         self.prefill_us = float(os.environ.get("STANDIN_PREFILL_US_PER_TOKEN", "20"))
         self.load_us = float(os.environ.get("STANDIN_LOAD_US_PER_TOKEN", "2"))
         self.lock = threading.Lock()
+        self.gpu = threading.Lock()
         self.metrics = {"prompt_tokens_total": 0, "storage_hit": 0, "backuped": 0, "requests": 0}
         if self.l3:
             os.makedirs(self.l3, exist_ok=True)
@@ -101,7 +102,8 @@ class Server:
                     break
                 hit_pages += 1
         cached = hit_pages * self.args.page_size
-        time.sleep(((len(tokens) - cached) * self.prefill_us + cached * self.load_us) / 1e6)
+        with self.gpu:  # one prefill at a time, as one GPU: concurrent prompts queue
+            time.sleep(((len(tokens) - cached) * self.prefill_us + cached * self.load_us) / 1e6)
         written = 0
         if self.l3 and self.args.hicache_write_policy != "write_back":  # write-through of the pages not yet in L3
             for key in keys[hit_pages:]:

@@ -1,0 +1,56 @@
+"""`hicachectl bench` against the SGLang stand-in, whose prefill model is known: the speedup it reports
+must match that model. The stand-in prefills one prompt at a time, as one GPU would."""
+
+from __future__ import annotations
+
+import json
+
+from support import cli
+
+from hicachectl import bench, metrics
+
+PREFILL_US, LOAD_US, PAGE, WORDS = 250, 50, 64, 4000
+
+
+def expected_speedup() -> float:
+    cached = WORDS // PAGE * PAGE
+    return WORDS * PREFILL_US / ((WORDS - cached) * PREFILL_US + cached * LOAD_US)
+
+
+def test_bench_reports_the_stand_ins_prefill_model_as_table_json_and_png(standin, tmp_path):
+    port, _ = standin("--served-model-name", "bench", "--page-size", str(PAGE), "--hicache-storage-backend", "file",
+                      "--enable-metrics", "--enable-cache-report",
+                      env={"STANDIN_PREFILL_US_PER_TOKEN": str(PREFILL_US), "STANDIN_LOAD_US_PER_TOKEN": str(LOAD_US)})
+    out = tmp_path / "result"
+    run = cli("bench", "--url", f"http://127.0.0.1:{port}", "--concurrency", "1,2,4", "--input-len", str(WORDS), "--out", str(out))
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].split()[:2] == ["concurrency", "prompt"] and [line.split()[0] for line in lines[2:5]] == ["1", "2", "4"]
+    data = json.loads((out / "bench.json").read_text())
+    assert [row["concurrency"] for row in data["levels"]] == [1, 2, 4]
+    for row in data["levels"]:
+        assert abs(row["speedup"] / expected_speedup() - 1) < 0.10, (row, expected_speedup())
+        assert row["prompt_tokens"] == WORDS and row["warm_storage_share"] > 0.98
+        assert row["cold_mean_s"] >= WORDS * PREFILL_US / 1e6  # TTFT cannot beat the prefill it waits for
+    four = data["requests"]["4"]
+    assert len(four["cold"]) == 4 and all(r["cached_tokens"] == 0 for r in four["cold"])
+    assert all(r["cached_tokens"] == WORDS // PAGE * PAGE for r in four["warm"])
+    # one GPU: the fourth cold prompt waits for the three before it
+    assert max(r["ttft"] for r in four["cold"]) > 3.5 * WORDS * PREFILL_US / 1e6
+    png = (out / "bench.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
+    assert "warm after flush_cache" in run.stderr
+
+
+def test_bench_refuses_a_server_it_cannot_reach_and_bad_usage():
+    assert cli("bench", "--url", "http://127.0.0.1:9", "--concurrency", "1", "--input-len", "10").returncode == 1
+    assert cli("bench", "--concurrency", "1").returncode == 2
+    assert cli("bench", "--url", "http://x", "--concurrency", "0").returncode == 2
+
+
+def test_percentiles_and_storage_share():
+    phase = bench.Phase([bench.Request(t, 100, 50) for t in (1.0, 2.0, 3.0, 4.0, 10.0)], storage_tokens=None, prompt_tokens_metric=None)
+    assert (phase.ttft("mean"), phase.ttft("p50"), phase.ttft("p90")) == (4.0, 3.0, 10.0)
+    assert phase.storage_share == 0.5  # from the responses when metrics are off
+    assert bench.Phase(phase.requests, storage_tokens=400, prompt_tokens_metric=500).storage_share == 0.8
+    assert metrics.total('a{tp_rank="0"} 3\na{tp_rank="1"} 3\n', "a") == 3
