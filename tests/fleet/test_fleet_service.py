@@ -215,3 +215,21 @@ def test_verify_l3_explains_a_server_that_comes_back_with_other_keys(served_flee
         assert "verify: FAILED" in run.stdout
     finally:
         cli("deploy", "--inventory", str(inventory), "--limit", host, check_rc=0)
+
+
+def test_bench_reaches_an_inventory_host_over_ssh_and_restarts_it_between_cold_and_warm(served_fleet, tmp_path):
+    """The server listens on the host's loopback only: bench tunnels through SSH as Ansible connects."""
+    host = sorted(served_fleet.hosts)[0]
+    env = {"STANDIN_LOAD_SECONDS": "2", "STANDIN_PREFILL_US_PER_TOKEN": "1000", "STANDIN_LOAD_US_PER_TOKEN": "200"}
+    inventory = served_fleet.inventory(extra_vars={**SERVICE_VARS, "hicache_served_model_name": "bench", "hicache_page_size": 64,
+                                                   "hicache_container_env": env}, name="served-bench")
+    cli("deploy", "--inventory", str(inventory), "--limit", host, check_rc=0)
+    before = main_pid(served_fleet, host)
+    run = cli("bench", "--inventory", str(inventory), "--host", host, "--concurrency", "1,2", "--input-len", "2000", "--out", str(tmp_path))
+    assert run.returncode == 0, run.stderr
+    assert f"warm after restart of {host}" in run.stderr
+    data = json.loads((tmp_path / "bench.json").read_text())
+    expected = 2000 * 1000 / (16 * 1000 + 1984 * 200)  # 31 whole pages of 64 come from L3, 16 tokens are prefilled
+    for row in data["levels"]:
+        assert abs(row["speedup"] / expected - 1) < 0.10 and row["warm_storage_share"] > 0.99, (row, expected)
+    assert main_pid(served_fleet, host) != before
