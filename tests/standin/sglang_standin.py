@@ -201,7 +201,11 @@ def main(argv):
         return 1
     server = Server(args)
     print(f"sglang-standin: serving {args.served_model_name} on {args.host}:{args.port}, L3 {server.l3}", flush=True)
-    ThreadingHTTPServer((args.host, args.port), handler_for(server)).serve_forever()
+    http = ThreadingHTTPServer((args.host, args.port), handler_for(server), bind_and_activate=False)
+    http.request_queue_size = 2048  # uvicorn's backlog; the default 5 resets a burst of 64 connections
+    http.server_bind()
+    http.server_activate()
+    http.serve_forever()
     return 0
 
 
