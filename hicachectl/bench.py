@@ -49,10 +49,12 @@ class Phase:
     prompt_tokens_metric: float | None
 
     def ttft(self, stat: str) -> float:
-        values = sorted(r.ttft for r in self.requests)
+        values = [r.ttft for r in self.requests]
         if stat == "mean":
             return statistics.fmean(values)
-        return values[min(len(values) - 1, round({"p50": 0.5, "p90": 0.9}[stat] * (len(values) - 1)))]
+        if len(values) == 1:
+            return values[0]
+        return statistics.quantiles(values, n=100, method="inclusive")[{"p50": 49, "p90": 89}[stat]]
 
     @property
     def storage_share(self) -> float | None:

@@ -81,6 +81,7 @@ def files(d) -> list[RenderedFile]:
     config_text = launch.extra_config_file_text(d)
     if config_text is not None:
         out.append(RenderedFile(d.extra_config_file, config_text, "0644"))
+    out.append(unit(d))  # kept with the config, so a rollback restores the unit that ran with it
     return out + [RenderedFile(DEPLOYED, json.dumps(deployed(d, out), indent=2, sort_keys=True) + "\n", "0644")]
 
 

@@ -125,13 +125,17 @@ def test_upgrade_rolls_host_by_host_and_a_bad_one_is_rolled_back(served_fleet):
 def test_rollback_puts_the_previous_config_back_and_is_idempotent(served_fleet):
     host = sorted(served_fleet.hosts)[2]
     first = served_fleet.inventory(extra_vars={**SERVICE_VARS, "hicache_served_model_name": "before"}, name="served-rb1")
-    second = served_fleet.inventory(extra_vars={**SERVICE_VARS, "hicache_served_model_name": "after"}, name="served-rb2")
+    second = served_fleet.inventory(extra_vars={**SERVICE_VARS, "hicache_served_model_name": "after",  # and a unit of its own
+                                                "hicache_container_ulimits": {"memlock": -1, "stack": 8388608}}, name="served-rb2")
+    stack = "systemctl show --property=LimitSTACK --value sglang-hicache.service"
     cli("deploy", "--inventory", str(first), "--limit", host, check_rc=0)
     cli("deploy", "--inventory", str(second), "--limit", host, check_rc=0)
     models = "python3 -c \"import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:30000/v1/models').read().decode())\""
     assert "after" in served_fleet.ssh(host, models).stdout
+    assert served_fleet.ssh(host, stack).stdout.strip() == "8388608"
     cli("rollback", "--inventory", str(second), "--limit", host, check_rc=0)
     assert "before" in served_fleet.ssh(host, models).stdout
+    assert served_fleet.ssh(host, stack).stdout.strip() == "67108864"  # the unit that ran with the config is back
     pid = main_pid(served_fleet, host)
     again = cli_json("rollback", "--inventory", str(second), "--limit", host)
     assert again["ok"] and again["hosts"][host]["changed"] == 0 and main_pid(served_fleet, host) == pid
