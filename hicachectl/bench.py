@@ -234,7 +234,8 @@ def chart(rows: list[dict[str, Any]], path, title: str) -> None:
     x = [r["concurrency"] for r in rows]
     for phase, colour in (("cold", "#c0392b"), ("warm", "#2471a3")):
         axes.plot(x, [r[f"{phase}_mean_s"] for r in rows], marker="o", color=colour, label=f"{phase} (mean)")
-        axes.fill_between(x, [r[f"{phase}_p50_s"] for r in rows], [r[f"{phase}_p90_s"] for r in rows], color=colour, alpha=0.15)
+        axes.fill_between(x, [r[f"{phase}_p50_s"] for r in rows], [r[f"{phase}_p90_s"] for r in rows], color=colour, alpha=0.15,
+                          label=f"{phase} p50-p90")
     for r in rows:
         axes.annotate(f"{r['speedup']:.1f}x", (r["concurrency"], r["warm_mean_s"]), textcoords="offset points", xytext=(0, -14), ha="center", fontsize=8)
     axes.set_xscale("log", base=2)

@@ -3,8 +3,9 @@
 Pure arithmetic, checked in tests against hand-computed values for published configs. The bytes per
 token follow SGLang's host pools (mem_cache/pool_host: MHA `head_dim * heads * layers * 2 * dtype`,
 MLA `(kv_lora_rank + qk_rope_head_dim) * layers * dtype`); `--hicache-size` is GB = 1e9 bytes per rank.
-Hybrid sliding-window models: SGLang stores the layers' whole window with every L3 page (the VAST
-seed measured ~3x the bytes of a per-token store on Llama-4), which `page_bytes_per_rank` models.
+Hybrid sliding-window models: the VAST document reports that SGLang stores the layers' whole window with
+every L3 page (~3x the bytes of a per-token store on Llama-4); `page_bytes_per_rank` models that report,
+which is not checked against SGLang's code here.
 MLA pages are written once for all TP ranks (their L3 keys carry no rank), MHA pages once per rank.
 """
 
