@@ -6,6 +6,7 @@ Heavy imports (Ansible, Jinja) happen inside the commands so `--help` stays inst
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import pathlib
 
@@ -304,14 +305,12 @@ def bench(inventory: str | None = typer.Option(None, "--inventory", "-i", help="
 
     Exit 0: measured; 1: the server failed or could not be reached; 2: usage.
     """
-    import contextlib
     import datetime
     import json as jsonlib
-    import subprocess
     import sys
 
     from hicachectl import bench as benching
-    from hicachectl import report, rules, runner, tunnel, verify
+    from hicachectl import report
 
     try:
         levels = sorted({int(c) for c in concurrency.split(",") if c.strip()})
@@ -322,34 +321,7 @@ def bench(inventory: str | None = typer.Option(None, "--inventory", "-i", help="
         raise typer.Exit(EXIT_USAGE)
     salt = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
     out = out or pathlib.Path(f"hicache-bench-{salt}")
-    with contextlib.ExitStack() as stack:
-        if inventory is not None:
-            from hicachectl import inventory as inv_mod
-
-            inv, deployments, findings = _check(inventory, host)
-            if rules.has_errors(findings):
-                _print_findings(inv, findings)
-                raise typer.Exit(EXIT_INVALID)
-            name, d = next(iter(deployments.items()))
-            listen = d.effective_host
-            base_url = stack.enter_context(tunnel.forward(inv_mod.connection(inventory, name), name, d.effective_port,
-                                                          "127.0.0.1" if listen in ("0.0.0.0", "::", "localhost") else listen))
-
-            def restart() -> None:
-                result = runner.run_playbook("restart.yml", inv.path, limit=name, extravars={"hicache_serial": 1, "hicache_max_fail_percentage": 0})
-                if not result.succeeded:
-                    raise benching.BenchError(f"restarting {name} failed: {'; '.join(result.hosts[name].reasons) if name in result.hosts else 'not run'}")
-
-            target = benching.Target(base_url, verify.served_name(d), restart, f"restart of {name} (hicachectl restart)")
-            label = f"{name} of {inv.name}"
-        else:
-            def restart_by_command() -> None:
-                if subprocess.run(restart_command, shell=True).returncode != 0:
-                    raise benching.BenchError(f"the restart command failed: {restart_command}")
-
-            target = benching.Target(url.rstrip("/"), None, restart_by_command if restart_command else None,
-                                     "restart command" if restart_command else "flush_cache (device and host caches; L3 kept)")
-            label = url
+    with _bench_target(inventory, host, url, restart_command) as (target, label):
         _say(f"bench {label}: {input_len} words x concurrency {levels}; warm after {target.reset_label}")
         results = []
         try:
@@ -371,6 +343,39 @@ def bench(inventory: str | None = typer.Option(None, "--inventory", "-i", help="
     else:
         typer.echo(report.table(benching.TABLE_HEADERS, benching.table_rows(rows)))
         typer.echo(f"wrote {out / 'bench.json'} and {out / 'bench.png'}")
+
+
+@contextlib.contextmanager
+def _bench_target(inventory: str | None, host: str | None, url: str | None, restart_command: str | None):
+    """(target, label): an inventory host through an SSH tunnel, restarted by the restart playbook; or a URL."""
+    import subprocess
+
+    from hicachectl import bench as benching
+    from hicachectl import inventory as inventories
+    from hicachectl import rules, runner, tunnel, verify
+
+    if inventory is None:
+        def run_restart_command() -> None:
+            if subprocess.run(restart_command, shell=True).returncode != 0:
+                raise benching.BenchError(f"the restart command failed: {restart_command}")
+
+        yield (benching.Target(url.rstrip("/"), None, run_restart_command if restart_command else None,
+                               "restart command" if restart_command else "flush_cache (device and host caches; L3 kept)"), url)
+        return
+    inv, deployments, findings = _check(inventory, host)
+    if rules.has_errors(findings):
+        _print_findings(inv, findings)
+        raise typer.Exit(EXIT_INVALID)
+    name, d = next(iter(deployments.items()))
+
+    def restart() -> None:
+        result = runner.run_playbook("restart.yml", inv.path, limit=name, extravars={"hicache_serial": 1, "hicache_max_fail_percentage": 0})
+        if not result.succeeded:
+            raise benching.BenchError(f"restarting {name} failed: {'; '.join(result.hosts[name].reasons) if name in result.hosts else 'not run'}")
+
+    listen = "127.0.0.1" if d.effective_host in ("0.0.0.0", "::", "localhost") else d.effective_host
+    with tunnel.forward(inventories.connection(inventory, name), name, d.effective_port, listen) as base_url:
+        yield benching.Target(base_url, verify.served_name(d), restart, f"restart of {name} (hicachectl restart)"), f"{name} of {inv.name}"
 
 
 @app.command()
