@@ -307,6 +307,7 @@ def bench(inventory: str | None = typer.Option(None, "--inventory", "-i", help="
     """
     import datetime
     import json as jsonlib
+    import secrets
     import sys
 
     from hicachectl import bench as benching
@@ -319,8 +320,9 @@ def bench(inventory: str | None = typer.Option(None, "--inventory", "-i", help="
     if (inventory is None) == (url is None) or not levels or min(levels) < 1 or input_len < 1:
         _say("error: give exactly one of --inventory and --url, concurrency levels >= 1 and --input-len >= 1.")
         raise typer.Exit(EXIT_USAGE)
-    salt = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
-    out = out or pathlib.Path(f"hicache-bench-{salt}")
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
+    salt = f"{stamp}-{secrets.token_hex(4)}"  # never a prompt an earlier run put on L3
+    out = out or pathlib.Path(f"hicache-bench-{stamp}")
     with _bench_target(inventory, host, url, restart_command) as (target, label):
         _say(f"bench {label}: {input_len} words x concurrency {levels}; warm after {target.reset_label}")
         results = []
