@@ -67,6 +67,19 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in text.split(".")[:2] if p.isdigit())
 
 
+def runtime_check(facts: dict[str, Any], runtime: str, strict: bool) -> Check:
+    if runtime == "none":
+        return Check("container_runtime", INFO, "none: start.sh runs on the host itself")
+    client = facts.get("tools", {}).get(runtime)
+    engine = (facts.get("runtime_engines") or {}).get(runtime) or {}
+    if not client:
+        return Check("container_runtime", MISSING, f"{runtime} not found", required=strict)
+    if engine.get("answers") is False:
+        return Check("container_runtime", MISSING, f"{client} is there, but its engine does not answer ({engine.get('detail') or 'no reason given'})",
+                     required=strict)
+    return Check("container_runtime", OK, f"{client}" + (f", engine {engine['detail']}" if engine.get("detail") else ""))
+
+
 def judge(facts: dict[str, Any], d, ansible_version: str | None = None) -> list[Check]:
     strict = bool(d.strict)
     nfs = storage.is_nfs(d)
@@ -110,8 +123,7 @@ def judge(facts: dict[str, Any], d, ansible_version: str | None = None) -> list[
                             f"{mem} GB RAM for a {pool} GB host pool + {d.host_ram_headroom_gb} GB headroom", required=strict))
     else:
         checks.append(Check("host_ram", INFO, f"{mem} GB RAM (host pool sized by ratio)"))
-    runtime = facts.get("tools", {}).get(d.container_runtime)
-    checks.append(Check("container_runtime", OK if runtime else MISSING, runtime or f"{d.container_runtime} not found", required=strict))
+    checks.append(runtime_check(facts, d.container_runtime, strict))
     toolkit = facts.get("tools", {}).get("nvidia-ctk") or facts.get("tools", {}).get("nvidia-container-runtime")
     checks.append(Check("nvidia_container_toolkit", OK if toolkit else MISSING, toolkit or "nvidia-ctk not found", required=strict))
     return checks

@@ -110,6 +110,21 @@ def gpus(nvidia_smi):
     return {"count": len(names), "names": names, "error": None if proc.returncode == 0 else proc.stderr.strip()[:300]}
 
 
+ENGINE_PROBES = {"docker": ["version", "--format", "{{.Server.Version}}"], "podman": ["info", "--format", "{{.Version.Version}}"]}
+
+
+def engine(client, probe):
+    """Whether a runtime's engine answers: a Docker client without its daemon runs no container."""
+    if not client:
+        return None
+    try:
+        proc = subprocess.run([client, *probe], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"answers": False, "detail": str(exc)[:300]}
+    text = (proc.stdout if proc.returncode == 0 else proc.stderr).strip()
+    return {"answers": proc.returncode == 0, "detail": text.splitlines()[-1][:300] if text else ""}
+
+
 def meminfo_gb():
     for line in (read("/proc/meminfo", "") or "").splitlines():
         if line.startswith("MemTotal:"):
@@ -139,6 +154,7 @@ def main():
         "rdma_devices": sorted(os.listdir("/sys/class/infiniband")) if os.path.isdir("/sys/class/infiniband") else [],
         "vastnfs_version": read("/sys/module/sunrpc/parameters/nfs_bundle_version"),
         "gpus": gpus(tools["nvidia-smi"]),
+        "runtime_engines": {name: engine(tools[name], probe) for name, probe in ENGINE_PROBES.items()},
         "mem_total_gb": meminfo_gb(),
         "disk": free_gb(module.params["disk_path"]),
         "sunrpc_sysctl": read("/proc/sys/sunrpc/tcp_slot_table_entries"),
