@@ -44,7 +44,8 @@ class ModelShape:
 
     @property
     def kind(self) -> str:
-        mix = "hybrid sliding-window " if self.window_layers and self.full_layers else ("sliding-window " if self.window_layers else "")
+        local = "chunked-attention" if self.architecture.startswith("Llama4") else "sliding-window"
+        mix = f"hybrid {local} " if self.window_layers and self.full_layers else (f"{local} " if self.window_layers else "")
         return f"{mix}{self.attention}" + (f", MoE {self.experts} experts" if self.experts else "")
 
 
