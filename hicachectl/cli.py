@@ -267,7 +267,9 @@ def verify(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bo
         outcome = result.hosts.get(host)
         verdict = outcome.facts.get("__hicache_verify_result") if outcome else None
         if verdict is None:
-            hosts[host] = {"ok": False, "error": "; ".join(outcome.reasons) if outcome else "not run", "checks": []}
+            why = "; ".join(outcome.reasons) if outcome else ("not verified: the proof stops restarting servers after a failed batch"
+                                                              if l3 else "not run")
+            hosts[host] = {"ok": False, "error": why, "checks": []}
             code = 2
             continue
         skips = [dict(zip(("check", "detail"), skip.split(" : ", 1)[-1].split(": ", 1), strict=False), status="skip", cause="")
