@@ -75,6 +75,16 @@ def endpoint_checks(d, obs: Mapping[str, Any]) -> list[dict[str, str]]:
     checks.append(_check("/v1/models", PASS, f"serves {want}") if want in served else
                   _check("/v1/models", FAIL, f"serves {served or 'nothing'}, the inventory says {want}",
                          "the running server is not the inventory's: deploy, or look for another server on the port."))
+    info = _json(obs.get("info"))
+    if isinstance(info, dict) and info:
+        drift = [f"{what} {info[field]} (inventory: {want_value})" for field, what, want_value in
+                 (("page_size", "page size", d.page_size), ("hicache_write_policy", "write policy", d.write_policy),
+                  ("hicache_storage_backend", "storage backend", d.storage_backend))
+                 if want_value is not None and field in info and info[field] != want_value]
+        checks.append(_check("server config", FAIL, "the server runs " + ", ".join(drift),
+                             "the running server is not the inventory's (start.sh changed on the host, or not restarted): "
+                             "`hicachectl deploy`.") if drift else
+                      _check("server config", PASS, "page size, write policy and storage backend as the inventory sets them"))
     chat, usage = obs.get("chat"), _usage(obs.get("chat"))
     if _status(chat) != 200:
         checks.append(_check("chat completion", FAIL, f"answered {_status(chat)}", f"see `journalctl -u {unit}` on the host."))
@@ -116,14 +126,15 @@ def l3_checks(d, obs: Mapping[str, Any]) -> list[dict[str, str]]:
     checks = []
     if _status(fill) != 200:
         return [_check("L3 write", FAIL, f"the long prompt was answered {_status(fill)}", f"see `journalctl -u {d.service_name}`.")]
+    policy = _json(obs.get("info_before")).get("hicache_write_policy") or d.write_policy  # what the server runs
     if written is not None and written >= page:
         checks.append(_check("L3 write", PASS, f"{written:.0f} of {prompt_tokens} prompt tokens written to L3"))
     else:
         if written is None:
             cause = "the server reports no sglang:backuped_tokens_total: the storage backend did not start (server log) or metrics are off."
-        elif d.write_policy == "write_back":
+        elif policy == "write_back":
             cause = "hicache_write_policy write_back writes a page to L3 only when the host pool evicts it, so nothing is on L3 yet; use write_through."
-        elif d.write_policy == "write_through_selective":
+        elif policy == "write_through_selective":
             cause = "write_through_selective writes a page only after 2 hits; use write_through to prove persistence."
         elif prompt_tokens < page:
             cause = f"the prompt ({prompt_tokens} tokens) is shorter than a page ({page})."

@@ -116,3 +116,14 @@ def test_the_proof_prompt_spans_several_pages(local):
     assert len(words) >= verify.L3_PAGES * 64 and plan["l3_min_tokens"] == 64
     assert plan["base_url"] == "http://127.0.0.1:30000"
     assert verify.plan(local, "other")["l3_probe"] != plan["l3_probe"]
+
+
+def test_what_the_server_runs_counts_over_what_the_inventory_says(local):
+    """start.sh changed on the host: the server writes back, though the inventory says write_through."""
+    running = answered(json={"page_size": 64, "served_model_name": verify.served_name(local), "hicache_write_policy": "write_back"})
+    result = verify.judge(local, observations(local, info=running, info_before=running,
+                                              fill_metrics=answered(content=metrics_text())), l3=True)
+    assert failed(result)["server config"]["detail"] == "the server runs write policy write_back (inventory: write_through)"
+    assert "only when the host pool evicts it" in failed(result)["L3 write"]["cause"]
+    same = answered(json={"page_size": 64, "hicache_write_policy": "write_through", "hicache_storage_backend": "file"})
+    assert "server config" not in failed(verify.judge(local, observations(local, info=same), l3=False))
