@@ -46,7 +46,6 @@ class Request:
 class Phase:
     requests: list[Request]
     storage_tokens: float | None  # tokens loaded from L3 during the phase (metrics)
-    prompt_tokens_metric: float | None
 
     def ttft(self, stat: str) -> float:
         values = [r.ttft for r in self.requests]
@@ -172,7 +171,7 @@ def run_level(target: Target, concurrency: int, input_len: int, salt: str, *, ti
     start_metrics = read_metrics(target.base_url)
     cold_requests = send_all(target.base_url, bodies, timeout, done)
     cold_metrics = read_metrics(target.base_url)
-    cold = Phase(cold_requests, _delta(cold_metrics, start_metrics, metrics.storage_hits), _delta(cold_metrics, start_metrics, _prompt_tokens))
+    cold = Phase(cold_requests, metrics.delta(cold_metrics, start_metrics, metrics.storage_hits))
     expected = sum(r.prompt_tokens // page * page for r in cold_requests)
     backed_up = wait_for_backup(target.base_url, metrics.total(start_metrics, metrics.BACKUPED), expected, timeout)
     if target.reset is None:
@@ -183,17 +182,8 @@ def run_level(target: Target, concurrency: int, input_len: int, salt: str, *, ti
     warm_start = read_metrics(target.base_url)
     warm_requests = send_all(target.base_url, bodies, timeout, done)
     warm_metrics = read_metrics(target.base_url)
-    warm = Phase(warm_requests, _delta(warm_metrics, warm_start, metrics.storage_hits), _delta(warm_metrics, warm_start, _prompt_tokens))
+    warm = Phase(warm_requests, metrics.delta(warm_metrics, warm_start, metrics.storage_hits))
     return Level(concurrency, cold, warm, backed_up)
-
-
-def _prompt_tokens(text: str | None) -> float | None:
-    return metrics.total(text, metrics.PROMPT_TOKENS)
-
-
-def _delta(after: str | None, before: str | None, read: Callable[[str | None], float | None]) -> float | None:
-    a, b = read(after), read(before)
-    return None if a is None else a - (b or 0)
 
 
 def summary(levels: list[Level]) -> list[dict[str, Any]]:

@@ -141,7 +141,7 @@ def size(config: pathlib.Path = typer.Option(..., "--config", help="The model's 
     try:
         shape = sizing.model_shape(sizing.load_config(config))
         if inventory:
-            _, deployments, findings = _check(inventory, host)
+            _, deployments, _ = _check(inventory, host)
             d = next((d for d in deployments.values() if d is not None), None)
             if d is None:
                 _say("error: the inventory has no valid host to read; run `hicachectl validate`.")
@@ -356,7 +356,7 @@ def _bench_target(inventory: str | None, host: str | None, url: str | None, rest
 
     from hicachectl import bench as benching
     from hicachectl import inventory as inventories
-    from hicachectl import rules, runner, tunnel, verify
+    from hicachectl import rules, runner, tunnel
 
     if inventory is None:
         def run_restart_command() -> None:
@@ -377,9 +377,8 @@ def _bench_target(inventory: str | None, host: str | None, url: str | None, rest
         if not result.succeeded:
             raise benching.BenchError(f"restarting {name} failed: {'; '.join(result.hosts[name].reasons) if name in result.hosts else 'not run'}")
 
-    listen = "127.0.0.1" if d.effective_host in ("0.0.0.0", "::", "localhost") else d.effective_host
-    with tunnel.forward(inventories.connection(inventory, name), name, d.effective_port, listen) as base_url:
-        yield benching.Target(base_url, verify.served_name(d), restart, f"restart of {name} (hicachectl restart)"), f"{name} of {inv.name}"
+    with tunnel.forward(inventories.connection(inventory, name), name, d.effective_port, d.local_host) as base_url:
+        yield benching.Target(base_url, d.served_name, restart, f"restart of {name} (hicachectl restart)"), f"{name} of {inv.name}"
 
 
 @app.command()

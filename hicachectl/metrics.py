@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 BACKUPED = "sglang:backuped_tokens_total"
 STORAGE_HITS = "sglang:storage_prefetch_hit_tokens_total"
 CACHED = "sglang:cached_tokens_total"
-PROMPT_TOKENS = "sglang:prompt_tokens_total"
 BACKUP_DROPPED = "sglang:hicache_backup_dropped_tokens_total"
 PREFETCH_UNFULFILLED = "sglang:storage_prefetch_unfulfilled_tokens_total"
 
@@ -43,6 +43,12 @@ def total(text: str | None, name: str, **labels: str) -> float | None:
     if any("tp_rank" in lab for lab, _ in found):
         found = [(lab, value) for lab, value in found if lab.get("tp_rank", "0") == "0"]
     return sum(value for _, value in found)
+
+
+def delta(after: str | None, before: str | None, read: Callable[[str | None], float | None]) -> float | None:
+    """How much `read` grew between two /metrics texts; None when the later one lacks the metric."""
+    a, b = read(after), read(before)
+    return None if a is None else a - (b or 0)
 
 
 def storage_hits(text: str | None) -> float | None:

@@ -31,6 +31,16 @@ class _DeploymentBase:
     def effective_host(self) -> str:
         return self.host or "127.0.0.1"  # SGLang's default
 
+    @property
+    def local_host(self) -> str:
+        """The address that reaches the server from its own host (a wildcard bind is reached on loopback)."""
+        return "127.0.0.1" if self.effective_host in ("0.0.0.0", "::", "127.0.0.1", "localhost") else self.effective_host
+
+    @property
+    def served_name(self) -> str:
+        """The model name the server answers to (--served-model-name, else --model-path); part of every L3 key."""
+        return self.served_model_name or self.model_path
+
     def as_vars(self) -> dict[str, Any]:
         """Back to inventory variable names (for reports and `--json`)."""
         return {PREFIX + f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "inventory_host"}

@@ -67,7 +67,7 @@ def unit(d) -> RenderedFile:
 
     ulimits = d.container_ulimits
     text = _environment().get_template("sglang-hicache.service.j2").render(
-        host=d.inventory_host, served=d.served_model_name or d.model_path, cfg_dir=d.cfg_dir,
+        host=d.inventory_host, served=d.served_name, cfg_dir=d.cfg_dir,
         cache_dir=d.cache_dir, container=launch.in_container(d), runtime=d.container_runtime, name=d.container_name,
         runtime_service=limits.runtime_service(d) if launch.in_container(d) else None,
         memlock=_limit(ulimits.get("memlock", -1)), stack=_limit(ulimits.get("stack", 67108864)))
@@ -98,4 +98,4 @@ def config_hash(rendered: list[RenderedFile]) -> str:
 def deployed(d, rendered: list[RenderedFile]) -> dict:
     """What runs, recorded beside it: status reads it, rollback names it. Changes only with the config."""
     return {"config_hash": config_hash(rendered), "image": d.image, "sglang_version": d.sglang_version,
-            "served_model_name": d.served_model_name or d.model_path, "port": d.effective_port}
+            "served_model_name": d.served_name, "port": d.effective_port}

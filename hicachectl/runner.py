@@ -36,8 +36,8 @@ class HostResult:
     reasons: list[str] = dataclasses.field(default_factory=list)
     changes: list[Change] = dataclasses.field(default_factory=list)
     skips: list[str] = dataclasses.field(default_factory=list)
-    facts: dict[str, Any] = dataclasses.field(default_factory=dict)
-    notes: list[str] = dataclasses.field(default_factory=list)  # what set_fact / modules returned as ansible_facts
+    facts: dict[str, Any] = dataclasses.field(default_factory=dict)  # what set_fact / modules returned as ansible_facts
+    notes: list[str] = dataclasses.field(default_factory=list)  # what hicache_note told the operator
 
     @property
     def status(self) -> str:

@@ -10,26 +10,22 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from hicachectl import metrics, prompts
+from hicachectl import metrics, prompts, render
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 L3_PAGES = 4  # pages the persistence proof writes; more than one, so a partial write shows
 
 
-def served_name(d) -> str:
-    return d.served_model_name or d.model_path
-
-
 def plan(d, salt: str) -> dict[str, Any]:
     """URLs, requests and thresholds for one host (what the playbook sends)."""
-    host = "127.0.0.1" if d.effective_host in ("0.0.0.0", "::", "127.0.0.1", "localhost") else d.effective_host
     page = d.page_size or 1
     words = max(L3_PAGES * page + page // 2, 256)
     return {
-        "base_url": f"http://{host}:{d.effective_port}",
-        "served_name": served_name(d),
-        "probe": prompts.chat_request(served_name(d), prompts.prompt(f"hicache-verify-probe-{salt}", 32)),
-        "l3_probe": prompts.chat_request(served_name(d), prompts.prompt(f"hicache-verify-l3-{salt}", words)),
+        "base_url": f"http://{d.local_host}:{d.effective_port}",
+        "unit": render.unit_name(d),
+        "health_timeout": d.health_timeout,
+        "probe": prompts.chat_request(d.served_name, prompts.prompt(f"hicache-verify-probe-{salt}", 32)),
+        "l3_probe": prompts.chat_request(d.served_name, prompts.prompt(f"hicache-verify-l3-{salt}", words)),
         "l3_min_tokens": page,  # at least one whole page must reach L3
         "l3_backend": d.storage_backend,
         "write_timeout": 120,
@@ -53,11 +49,6 @@ def _usage(result) -> dict:
     return _json(result).get("usage") or {} if isinstance(_json(result), dict) else {}
 
 
-def _delta(after: str | None, before: str | None, read=metrics.storage_hits) -> float | None:
-    a, b = read(after), read(before)
-    return None if a is None else a - (b or 0)
-
-
 def endpoint_checks(d, obs: Mapping[str, Any]) -> list[dict[str, str]]:
     unit = d.service_name
     checks = []
@@ -67,11 +58,11 @@ def endpoint_checks(d, obs: Mapping[str, Any]) -> list[dict[str, str]]:
                        f"the server is not running: `hicachectl status`, `journalctl -u {unit}` on the host."),
                 _check("endpoints", SKIP, "no server to ask")]
     checks.append(_check("/health", PASS, "200: a 1-token generation works") if health == 200 else
-                  _check("/health", FAIL, f"answered {health if health > 0 else 'nothing'}",
+                  _check("/health", FAIL, f"answered {health}",
                          f"the server is down or still loading; `journalctl -u {unit}` on the host, `hicachectl status`."))
     data = _json(obs.get("models"))
     served = [m.get("id") for m in data.get("data", [])] if isinstance(data, dict) else []
-    want = served_name(d)
+    want = d.served_name
     checks.append(_check("/v1/models", PASS, f"serves {want}") if want in served else
                   _check("/v1/models", FAIL, f"serves {served or 'nothing'}, the inventory says {want}",
                          "the running server is not the inventory's: deploy, or look for another server on the port."))
@@ -120,8 +111,8 @@ def l3_checks(d, obs: Mapping[str, Any]) -> list[dict[str, str]]:
         return [_check("L3 persistence", SKIP, obs["restart_skipped"])]
     page = d.page_size or 1
     fill = obs.get("fill")
-    written = _delta((obs.get("fill_metrics") or {}).get("content"), (obs.get("before_metrics") or {}).get("content"),
-                     lambda t: metrics.total(t, metrics.BACKUPED))
+    written = metrics.delta((obs.get("fill_metrics") or {}).get("content"), (obs.get("before_metrics") or {}).get("content"),
+                            lambda t: metrics.total(t, metrics.BACKUPED))
     prompt_tokens = _usage(fill).get("prompt_tokens", 0)
     checks = []
     if _status(fill) != 200:
@@ -147,14 +138,14 @@ def l3_checks(d, obs: Mapping[str, Any]) -> list[dict[str, str]]:
     checks.append(_check("restart", PASS, "server restarted and healthy: host and device caches are empty"))
     reuse = obs.get("reuse")
     before, after = (obs.get("reuse_metrics_before") or {}).get("content"), (obs.get("reuse_metrics") or {}).get("content")
-    hits = _delta(after, before)
+    hits = metrics.delta(after, before, metrics.storage_hits)
     cached = (_usage(reuse).get("prompt_tokens_details") or {}).get("cached_tokens", 0) or 0
     if _status(reuse) == 200 and (hits or 0) > 0 and cached > 0:
         return checks + [_check("L3 hit after restart", PASS, f"{cached} of {_usage(reuse).get('prompt_tokens')} prompt tokens cached, "
                                                               f"{hits:.0f} loaded from storage")]
     keys = _keys_changed(_json(obs.get("info_before")), _json(obs.get("info_after")))
-    dropped = _delta(after, before, lambda t: metrics.total(t, metrics.BACKUP_DROPPED)) or 0
-    unfulfilled = _delta(after, before, lambda t: metrics.total(t, metrics.PREFETCH_UNFULFILLED)) or 0
+    dropped = metrics.delta(after, before, lambda t: metrics.total(t, metrics.BACKUP_DROPPED)) or 0
+    unfulfilled = metrics.delta(after, before, lambda t: metrics.total(t, metrics.PREFETCH_UNFULFILLED)) or 0
     if keys:
         cause = f"the server came back with a different {' and '.join(keys)}: both are part of every L3 key, so the keys differ and nothing can hit. Deploy the inventory's config (start.sh changed on disk?)."
     elif _status(reuse) != 200:

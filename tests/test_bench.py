@@ -50,9 +50,9 @@ def test_bench_refuses_a_server_it_cannot_reach_and_bad_usage():
 
 
 def test_percentiles_and_storage_share():
-    phase = bench.Phase([bench.Request(t, 100, 50) for t in (1.0, 2.0, 3.0, 4.0, 10.0)], storage_tokens=None, prompt_tokens_metric=None)
+    phase = bench.Phase([bench.Request(t, 100, 50) for t in (1.0, 2.0, 3.0, 4.0, 10.0)], storage_tokens=None)
     assert (phase.ttft("mean"), phase.ttft("p50")) == (4.0, 3.0)
     assert phase.ttft("p90") == pytest.approx(4 + 0.6 * 6)  # interpolated between the 4th and 5th of 5
     assert phase.storage_share == 0.5  # from the responses when metrics are off
-    assert bench.Phase(phase.requests, storage_tokens=400, prompt_tokens_metric=500).storage_share == 0.8
+    assert bench.Phase(phase.requests, storage_tokens=400).storage_share == 0.8
     assert metrics.total('a{tp_rank="0"} 3\na{tp_rank="1"} 3\n', "a") == 3

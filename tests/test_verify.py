@@ -26,9 +26,9 @@ def chat(prompt_tokens=300, cached=0):
 
 
 def observations(d, **changes):
-    info = {"page_size": d.page_size, "served_model_name": verify.served_name(d)}
+    info = {"page_size": d.page_size, "served_model_name": d.served_name}
     obs = {
-        "host_failures": [], "health": answered(), "models": answered(json={"data": [{"id": verify.served_name(d)}]}),
+        "host_failures": [], "health": answered(), "models": answered(json={"data": [{"id": d.served_name}]}),
         "chat": chat(32), "metrics": answered(content=metrics_text()), "restart_skipped": "",
         "before_metrics": answered(content=metrics_text()), "fill": chat(300),
         "fill_metrics": answered(content=metrics_text(backuped=256)), "restart_failed": "",
@@ -70,7 +70,7 @@ def test_nothing_written_is_explained_by_the_write_policy(policy, cause):
 
 
 def test_keys_that_changed_over_the_restart_are_named(local):
-    after = answered(json={"page_size": 128, "served_model_name": verify.served_name(local)})
+    after = answered(json={"page_size": 128, "served_model_name": local.served_name})
     result = verify.judge(local, observations(local, info_after=after, reuse=chat(300, 0),
                                               reuse_metrics=answered(content=metrics_text(backuped=512))), l3=True)
     cause = failed(result)["L3 hit after restart"]["cause"]
@@ -120,7 +120,7 @@ def test_the_proof_prompt_spans_several_pages(local):
 
 def test_what_the_server_runs_counts_over_what_the_inventory_says(local):
     """start.sh changed on the host: the server writes back, though the inventory says write_through."""
-    running = answered(json={"page_size": 64, "served_model_name": verify.served_name(local), "hicache_write_policy": "write_back"})
+    running = answered(json={"page_size": 64, "served_model_name": local.served_name, "hicache_write_policy": "write_back"})
     result = verify.judge(local, observations(local, info=running, info_before=running,
                                               fill_metrics=answered(content=metrics_text())), l3=True)
     assert failed(result)["server config"]["detail"] == "the server runs write policy write_back (inventory: write_through)"

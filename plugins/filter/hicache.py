@@ -43,17 +43,15 @@ def hicache_files(hostvars, host, uring_fallback=False):
     uses_uring = launch.uses_uring(deployment)
     if uring_fallback and uses_uring:
         deployment = launch.uring_fallback(deployment)
-    unit = render.unit(deployment)
-    listen = deployment.effective_host
-    health_host = "127.0.0.1" if listen in ("0.0.0.0", "::", "127.0.0.1", "localhost") else listen
     files = render.files(deployment)
+    unit = next(f for f in files if f.name == render.unit_name(deployment))
     return {
         "cfg_dir": deployment.cfg_dir,
         "previous_dir": deployment.cfg_dir.rstrip("/") + ".previous",
         "deployed": json.loads(next(f.content for f in files if f.name == render.DEPLOYED)),
         "files": [{"name": f.name, "content": f.content, "mode": f.mode} for f in files],
         "unit": {"name": unit.name, "content": unit.content},
-        "health_url": f"http://{health_host}:{deployment.effective_port}/health",
+        "health_url": f"http://{deployment.local_host}:{deployment.effective_port}/health",
         "health_timeout": deployment.health_timeout,
         "runtime": deployment.container_runtime if launch.in_container(deployment) else None,
         "uses_uring": uses_uring and not uring_fallback,
@@ -114,9 +112,7 @@ def hicache_image(variables, host):
 
 def hicache_runtime(variables, host):
     d = _deployment(variables, host)
-    from hicachectl import limits as _limits
-
-    return {"runtime": d.container_runtime if launch.in_container(d) else None, "service": _limits.runtime_service(d),
+    return {"runtime": d.container_runtime if launch.in_container(d) else None, "service": limits.runtime_service(d),
             "strict": bool(d.strict), "restart": bool(d.limits_restart_runtime)}
 
 
