@@ -1,8 +1,12 @@
 """The sglang_image role against a real registry (Debian's docker-registry on 127.0.0.1), pulling with
-this machine's podman: pull, no-op re-run, a registry briefly down, a digest pin kept and refused."""
+this machine's podman: pull, no-op re-run, a registry briefly down, a digest pin kept and refused, and a
+Docker Hub name (`hicache-tiny:v0.5.21`, i.e. docker.io/library/...) pinned by digest, pulled once, through
+`hicache_image_mirror` and through a docker.io mirror in registries.conf (Podman then reports
+`docker.io/library/hicache-tiny@sha256:...`, the spelling tests/test_image.py compares with Docker's)."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import re
@@ -29,7 +33,7 @@ def registry(tmp_path_factory):
     subprocess.run(["podman", "rmi", "-f", f"{reg.address}/hicache-test/tiny:v0.5.21"], capture_output=True)
 
 
-def run_role(tmp_path: pathlib.Path, registry, **variables) -> subprocess.CompletedProcess:
+def run_role(tmp_path: pathlib.Path, registry, env: dict | None = None, **variables) -> subprocess.CompletedProcess:
     image = f"{registry.address}/hicache-test/tiny:v0.5.21"
     inventory = {"all": {"hosts": {"localhost": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
                          "vars": {"hicache_image": image, "hicache_model_path": "/models/m", "hicache_container_runtime": "podman",
@@ -38,7 +42,7 @@ def run_role(tmp_path: pathlib.Path, registry, **variables) -> subprocess.Comple
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
     (tmp_path / "play.yml").write_text("- hosts: all\n  gather_facts: false\n  roles: [sglang_image]\n")
     return subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")], cwd=ROOT,
-                          env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}, capture_output=True, text=True, timeout=600)
+                          env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), **(env or {})}, capture_output=True, text=True, timeout=600)
 
 
 def changed(proc) -> int:
@@ -77,3 +81,52 @@ def test_the_pinned_digest_is_pulled_and_a_wrong_one_refused_keeping_the_image(t
     assert wrong.returncode != 0
     assert "could not pull" in wrong.stdout and "the image already on the host, if any, is kept" in wrong.stdout
     assert image_exists(registry)
+
+
+HUB_NAME = "hicache-tiny:v0.5.21"  # a Docker Hub name: docker.io/library/hicache-tiny
+
+
+@pytest.fixture(scope="module")
+def hub_digest(registry):
+    """The tiny image under the path a Docker Hub mirror serves for HUB_NAME (library/...)."""
+    return registry.push_tiny_image("library/" + HUB_NAME)
+
+
+def podman_image(reference: str, env: dict | None = None) -> dict | None:
+    proc = subprocess.run(["podman", "image", "inspect", reference], capture_output=True, text=True, env={**os.environ, **(env or {})})
+    return json.loads(proc.stdout)[0] if proc.returncode == 0 else None
+
+
+def remove_image(reference: str, env: dict | None = None) -> None:
+    while (found := podman_image(reference, env)) is not None:  # every name it has (localhost/..., docker.io/library/...)
+        subprocess.run(["podman", "rmi", "-f", found["Id"]], capture_output=True, env={**os.environ, **(env or {})})
+
+
+def test_a_docker_hub_name_pinned_by_digest_through_the_mirror_is_pulled_once(tmp_path, registry, hub_digest):
+    remove_image(HUB_NAME)
+    try:
+        first = run_role(tmp_path, registry, image=HUB_NAME, image_mirror=registry.address, image_digest=hub_digest)
+        assert first.returncode == 0 and changed(first) == 2, first.stdout[-2000:]  # pull from the mirror's library/ path, tag
+        found = podman_image(HUB_NAME)
+        assert found and f"{registry.address}/library/hicache-tiny@{hub_digest}" in found["RepoDigests"], found
+        again = run_role(tmp_path, registry, image=HUB_NAME, image_mirror=registry.address, image_digest=hub_digest)
+        assert again.returncode == 0 and changed(again) == 0, again.stdout[-2000:]
+    finally:
+        remove_image(HUB_NAME)
+
+
+def test_a_docker_hub_name_pinned_by_digest_is_pulled_once_as_podman_spells_it(tmp_path, registry, hub_digest):
+    conf = tmp_path / "registries.conf"  # docker.io served by the local registry, as a site-wide mirror would
+    conf.write_text('unqualified-search-registries = ["docker.io"]\nshort-name-mode = "permissive"\n'
+                    f'[[registry]]\nprefix = "docker.io"\nlocation = "docker.io"\n[[registry.mirror]]\nlocation = "{registry.address}"\ninsecure = true\n')
+    env = {"CONTAINERS_REGISTRIES_CONF": str(conf)}
+    remove_image(HUB_NAME, env)
+    try:
+        first = run_role(tmp_path, registry, env=env, image=HUB_NAME, image_digest=hub_digest)
+        assert first.returncode == 0 and changed(first) == 2, first.stdout[-2000:]
+        found = podman_image(HUB_NAME, env)
+        assert found and f"docker.io/library/hicache-tiny@{hub_digest}" in found["RepoDigests"], found  # never `hicache-tiny@...`
+        again = run_role(tmp_path, registry, env=env, image=HUB_NAME, image_digest=hub_digest)
+        assert again.returncode == 0 and changed(again) == 0, again.stdout[-2000:]
+    finally:
+        remove_image(HUB_NAME, env)
