@@ -63,19 +63,25 @@ def bdi_read_ahead_path(entry: MountEntry) -> str:
     return f"/sys/class/bdi/{entry.major_minor}/read_ahead_kb"
 
 
-def compare_mount(entry: MountEntry | None, expected_options: tuple[str, ...], expected_source: str, fstype: str) -> list[str]:
+def compare_mount(entry: MountEntry | None, expected_options: tuple[str, ...], expected_source: str, fstype: str,
+                  resolved_source: str | None = None) -> list[str]:
     """What differs between the live mount and the wanted one; [] when it matches.
 
     Only options the kernel reports back are compared (vers, proto, port, nconnect, remoteports,
     rsize/wsize); fstab-only options (_netdev, nofail, x-systemd.*) never show in mountinfo.
+    mountinfo names a device, never UUID=/LABEL=: `resolved_source` is the device the wanted source
+    names on the host (storage.resolve_source); the live source may be either.
     """
     if entry is None:
         return ["not mounted"]
     problems = []
-    if entry.source != expected_source:
-        problems.append(f"source is {entry.source}, expected {expected_source}")
+    if entry.source not in (expected_source, resolved_source):
+        shown = expected_source if resolved_source in (None, expected_source) else f"{expected_source} ({resolved_source})"
+        problems.append(f"source is {entry.source}, expected {shown}")
     if fstype == "nfs" and entry.fstype not in ("nfs", "nfs4"):
         problems.append(f"filesystem is {entry.fstype}, expected NFS")
+    elif fstype not in ("nfs", "nfs4") and entry.fstype != fstype:
+        problems.append(f"filesystem is {entry.fstype}, expected {fstype}")
     live = entry.option_map()
     for option in expected_options:
         key, _, value = option.partition("=")
@@ -128,3 +134,22 @@ def parse_ethtool_rings(text: str) -> dict[str, dict[str, int]]:
             if value.isdigit():
                 out[section][key.strip()] = int(value)
     return out
+
+
+def nic_verdict(report: dict, asked: bool) -> dict[str, list[str]]:
+    """Judge hicache-nic-tuning's JSON report (--check-json): what fails the host and what is a gap.
+
+    `asked`: the inventory needs ConnectX ports (an NFS tier) or names ports (hicache_nic_interfaces).
+    On a host with a ConnectX port, anything the program cannot do or read is a failure, as is a named port
+    that is absent. A host without any ConnectX port lacks the hardware entirely: what is asked of it is a
+    gap (a failure under hicache_strict); when nothing is asked there is nothing to tune.
+    `changes`: what still differs from the inventory (a failure once the role has applied it).
+    """
+    reasons = [f"{u['what']}: {u['reason']}" for u in report.get("unavailable", [])]
+    failures = [f"{f['what']}: {f['reason']}" for f in report.get("failed", [])]
+    changes = [c["what"] for c in report.get("changes", [])]
+    if report.get("connectx"):
+        return {"failures": failures + reasons, "gaps": [], "changes": changes}
+    if not asked and not report.get("interfaces"):
+        return {"failures": failures, "gaps": [], "changes": changes}
+    return {"failures": failures, "gaps": reasons, "changes": changes}

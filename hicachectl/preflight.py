@@ -1,8 +1,9 @@
 """Judge what a host has (facts read by the hicache_host_facts module) against its deployment.
 
-Every item is reported; an item is *required* only when the inventory depends on it and asks for
-`hicache_strict`, so a machine without GPUs or RDMA (a laptop, CI) can still run the roles, which
-then skip the hardware steps with a named reason.
+Every item is reported, judged against what the inventory *needs*, whatever hicache_strict says: an item
+the inventory does not need is "not needed" (never "missing"); a needed item the host lacks is missing
+and *required*. Strictness only decides what a deploy does with a required missing item: fail the host
+(strict) or carry on with one gap per item (the host is degraded). doctor exits 1 for any of them.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from typing import Any
 
 from hicachectl import storage
 
-OK, MISSING, WARN, INFO = "ok", "missing", "warn", "info"
+OK, MISSING, WARN, INFO, NOT_NEEDED = "ok", "missing", "warn", "info", "not needed"
 SUPPORTED_OS = {("debian", "12"), ("ubuntu", "22.04"), ("ubuntu", "24.04"), ("rhel", "9"), ("rocky", "9"), ("almalinux", "9")}
 ANSIBLE_WINDOW = ((2, 19), (2, 21))
 MELLANOX_VENDOR = "0x15b3"
+EXIT_OK, EXIT_MISSING, EXIT_UNCHECKED = 0, 1, 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,7 +25,7 @@ class Check:
     item: str
     status: str
     detail: str
-    required: bool = False
+    required: bool = False  # the inventory needs this item (independent of hicache_strict)
 
     @property
     def blocking(self) -> bool:
@@ -53,12 +55,32 @@ def rdma_transport(facts) -> tuple[bool, str]:
     return False, "no rpcrdma module for this kernel (NFS over RDMA needs it; MOFED or the distribution's kernel provides it)"
 
 
+def uses_rdma(d) -> bool:
+    """Whether the L3 mount runs over RDMA (the last proto= option wins, as mount.nfs reads them)."""
+    mount = storage.mount(d) if storage.is_nfs(d) else None
+    protos = [o.partition("=")[2] for o in (mount.options if mount else ()) if o.startswith("proto=")]
+    return bool(protos) and protos[-1] == "rdma"
+
+
+def local_device(facts, d) -> tuple[bool, str]:
+    """A local tier's block device: UUID=/LABEL=/PARTUUID=/PARTLABEL= must name a device of this host."""
+    source = d.storage_device
+    if not storage.is_device_id(source):
+        return True, f"{source} (the mount itself tells whether it is there)"
+    resolved = storage.resolve_source(source, facts.get("block_ids") or {})
+    if resolved is None:
+        return False, f"no block device with {source} on this host (none in /dev/disk/by-{storage.device_id_kind(source)})"
+    return True, f"{source} is {resolved}"
+
+
 def can_mount(facts, d) -> tuple[bool, str]:
-    """Whether this host can perform the L3 mount now, and if not, why."""
+    """Whether this host can perform the L3 mount now, and if not, why. A local tier needs no NFS client."""
+    if not storage.is_nfs(d):
+        return local_device(facts, d) if d.storage_device else (True, "a plain directory")
     ok, why = nfs_client(facts)
     if not ok:
         return False, why
-    if "proto=rdma" in (storage.mount(d).options if storage.mount(d) else ()):
+    if uses_rdma(d):
         return rdma_transport(facts)
     return True, why
 
@@ -67,22 +89,59 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in text.split(".")[:2] if p.isdigit())
 
 
-def runtime_check(facts: dict[str, Any], runtime: str, strict: bool) -> Check:
+def needs(d) -> dict[str, str | None]:
+    """What the inventory needs of a host: item -> why (None: not needed, and why not is in not_needed_why)."""
+    nfs, rdma, container = storage.is_nfs(d), uses_rdma(d), d.container_runtime != "none"
+    tier = f"the {d.storage_type} L3 tier"
+    return {
+        "gpus": "an SGLang server",
+        "connectx": tier if nfs else None,
+        "rdma": f"{tier} over proto=rdma" if rdma else None,
+        "nfs_client": tier if nfs else None,
+        "rpcrdma": f"{tier} over proto=rdma" if rdma else None,
+        "vastnfs": "VAST multipath (remoteports)" if d.storage_type == "vast" and d.storage_remoteports else None,
+        "l3_device": "the local L3 device" if not nfs and d.storage_device else None,
+        "container_runtime": f"the server's {d.container_runtime} container" if container else None,
+        "nvidia_container_toolkit": "GPUs in the server's container" if container else None,
+    }
+
+
+def _not_needed_why(item: str, d) -> str:
+    if item in ("connectx", "nfs_client"):
+        return f"not needed: the L3 tier is {d.storage_type}"
+    if item in ("rdma", "rpcrdma"):
+        return "not needed: " + (f"the L3 tier is {d.storage_type}" if not storage.is_nfs(d) else "the mount does not use proto=rdma")
+    if item == "vastnfs":
+        return "not needed: no VAST multipath (remoteports)"
+    if item == "l3_device":
+        return "not needed: the L3 tier is a plain directory"
+    return "not needed: hicache_container_runtime is none (start.sh runs on the host)"
+
+
+def _judged(item: str, found: bool, detail: str, needed: dict[str, str | None], d) -> Check:
+    why = needed[item]
+    if why is None:
+        return Check(item, NOT_NEEDED, f"{_not_needed_why(item, d)} (host: {detail})")
+    return Check(item, OK if found else MISSING, detail if found else f"{detail} (needed for {why})", required=True)
+
+
+def runtime_check(facts: dict[str, Any], d) -> Check:
+    runtime = d.container_runtime
+    needed = needs(d)
     if runtime == "none":
-        return Check("container_runtime", INFO, "none: start.sh runs on the host itself")
+        return Check("container_runtime", NOT_NEEDED, _not_needed_why("container_runtime", d))
     client = facts.get("tools", {}).get(runtime)
     engine = (facts.get("runtime_engines") or {}).get(runtime) or {}
     if not client:
-        return Check("container_runtime", MISSING, f"{runtime} not found", required=strict)
+        return _judged("container_runtime", False, f"{runtime} not found", needed, d)
     if engine.get("answers") is False:
-        return Check("container_runtime", MISSING, f"{client} is there, but its engine does not answer ({engine.get('detail') or 'no reason given'})",
-                     required=strict)
-    return Check("container_runtime", OK, f"{client}" + (f", engine {engine['detail']}" if engine.get("detail") else ""))
+        return _judged("container_runtime", False, f"{client} is there, but its engine does not answer ({engine.get('detail') or 'no reason given'})", needed, d)
+    return _judged("container_runtime", True, f"{client}" + (f", engine {engine['detail']}" if engine.get("detail") else ""), needed, d)
 
 
 def judge(facts: dict[str, Any], d, ansible_version: str | None = None) -> list[Check]:
-    strict = bool(d.strict)
-    nfs = storage.is_nfs(d)
+    """Every item, judged against what the inventory needs; hicache_strict plays no part."""
+    needed = needs(d)
     checks: list[Check] = []
     os_info = facts.get("os", {})
     os_key = (os_info.get("id"), str(os_info.get("version_id", "")).split(".")[0] if os_info.get("id") in ("rhel", "rocky", "almalinux") else os_info.get("version_id"))
@@ -97,40 +156,55 @@ def judge(facts: dict[str, Any], d, ansible_version: str | None = None) -> list[
         checks.append(Check("ansible", OK if in_window else MISSING,
                             f"ansible-core {ansible_version} on the controller (tested {low[0]}.{low[1]}-{high[0]}.{high[1]})", required=True))
     gpus = facts.get("gpus", {})
-    checks.append(Check("gpus", OK if gpus.get("count") else MISSING,
-                        f"{gpus.get('count')} GPU(s)" if gpus.get("count") else (gpus.get("error") or "nvidia-smi not found"), required=strict))
+    checks.append(_judged("gpus", bool(gpus.get("count")), f"{gpus.get('count')} GPU(s)" if gpus.get("count") else (gpus.get("error") or "nvidia-smi not found"), needed, d))
     cx = connectx_interfaces(facts)
-    checks.append(Check("connectx", OK if cx else MISSING, ", ".join(i["name"] for i in cx) if cx else "no mlx5_core / 0x15b3 interface",
-                        required=strict and nfs))
+    checks.append(_judged("connectx", bool(cx), ", ".join(i["name"] for i in cx) if cx else "no mlx5_core / 0x15b3 interface", needed, d))
     rdma = facts.get("rdma_devices", [])
-    checks.append(Check("rdma", OK if rdma else MISSING, ", ".join(rdma) if rdma else "no device in /sys/class/infiniband", required=strict and nfs))
-    ok, why = nfs_client(facts)
-    checks.append(Check("nfs_client", OK if ok else MISSING, why, required=strict and nfs))
-    ok, why = rdma_transport(facts)
-    checks.append(Check("rpcrdma", OK if ok else MISSING, why, required=strict and nfs))
-    if d.storage_type == "vast" and d.storage_remoteports:
-        version = facts.get("vastnfs_version")
-        checks.append(Check("vastnfs", OK if version else MISSING,
-                            f"vastnfs {version}" if version else "the VAST NFS driver is not loaded (remoteports/localports need it)", required=strict))
+    checks.append(_judged("rdma", bool(rdma), ", ".join(rdma) if rdma else "no device in /sys/class/infiniband", needed, d))
+    checks.append(_judged("nfs_client", *nfs_client(facts), needed, d))
+    checks.append(_judged("rpcrdma", *rdma_transport(facts), needed, d))
+    version = facts.get("vastnfs_version")
+    checks.append(_judged("vastnfs", bool(version), f"vastnfs {version}" if version else "the VAST NFS driver is not loaded (remoteports/localports need it)", needed, d))
+    if needed["l3_device"]:
+        checks.append(_judged("l3_device", *local_device(facts, d), needed, d))
     disk = facts.get("disk", {})
     enough = (disk.get("free_gb") or 0) >= d.preflight_min_free_gb
-    checks.append(Check("disk", OK if enough else MISSING, f"{disk.get('free_gb')} GB free at {disk.get('path')} (want {d.preflight_min_free_gb})", required=strict))
+    checks.append(Check("disk", OK if enough else MISSING, f"{disk.get('free_gb')} GB free at {disk.get('path')} (want {d.preflight_min_free_gb})", required=True))
     mem = facts.get("mem_total_gb")
     if d.size_gb:
         pool = d.size_gb * (d.tp_size or 1)
         fits = mem is not None and mem >= pool + d.host_ram_headroom_gb
         checks.append(Check("host_ram", OK if fits else MISSING,
-                            f"{mem} GB RAM for a {pool} GB host pool + {d.host_ram_headroom_gb} GB headroom", required=strict))
+                            f"{mem} GB RAM for a {pool} GB host pool + {d.host_ram_headroom_gb} GB headroom", required=True))
     else:
         checks.append(Check("host_ram", INFO, f"{mem} GB RAM (host pool sized by ratio)"))
-    checks.append(runtime_check(facts, d.container_runtime, strict))
-    toolkit = facts.get("tools", {}).get("nvidia-ctk") or facts.get("tools", {}).get("nvidia-container-runtime")
-    checks.append(Check("nvidia_container_toolkit", OK if toolkit else MISSING, toolkit or "nvidia-ctk not found", required=strict))
+    checks.append(runtime_check(facts, d))
+    tools = facts.get("tools", {})
+    toolkit = tools.get("nvidia-ctk") or tools.get("nvidia-container-runtime")
+    checks.append(_judged("nvidia_container_toolkit", bool(toolkit), toolkit or "nvidia-ctk not found", needed, d))
     return checks
 
 
 def report(facts: dict[str, Any], d, ansible_version: str | None = None) -> dict[str, Any]:
+    """One host's judgement: every check, what the inventory needs and the host lacks, and the strictness
+    that decides whether a deploy fails on it (doctor does not ask)."""
     checks = judge(facts, d, ansible_version)
     return {"checks": [dataclasses.asdict(c) | {"blocking": c.blocking} for c in checks],
-            "gaps": [f"{c.item}: {c.detail}" for c in checks if c.status in (MISSING, WARN)],
-            "required_missing": [f"{c.item}: {c.detail}" for c in checks if c.blocking]}
+            "required_missing": [f"{c.item}: {c.detail}" for c in checks if c.blocking],
+            "warnings": [f"{c.item}: {c.detail}" for c in checks if c.status == WARN],
+            "strict": bool(d.strict)}
+
+
+def host_status(host_report: dict[str, Any] | None) -> str:
+    """doctor's word for one host: 'ok', 'missing' (a required item) or 'not checked' (no report)."""
+    if host_report is None:
+        return "not checked"
+    return "missing" if host_report.get("required_missing") else "ok"
+
+
+def doctor_exit_code(reports: dict[str, dict[str, Any] | None]) -> int:
+    """2 when a host could not be checked, else 1 when a host lacks a required item, else 0 (DeepOps)."""
+    statuses = {host_status(r) for r in reports.values()}
+    if "not checked" in statuses:
+        return EXIT_UNCHECKED
+    return EXIT_MISSING if "missing" in statuses else EXIT_OK

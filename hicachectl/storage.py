@@ -54,6 +54,27 @@ def is_nfs(d) -> bool:
     return d.storage_type in ("vast", "netapp")
 
 
+# fstab's ways of naming a block device by what is on it, and where udev links them (/dev/disk/by-*).
+DEVICE_IDS = {"UUID": "uuid", "LABEL": "label", "PARTUUID": "partuuid", "PARTLABEL": "partlabel"}
+
+
+def is_device_id(source: str | None) -> bool:
+    return bool(source) and source.partition("=")[0] in DEVICE_IDS and "=" in source
+
+
+def device_id_kind(source: str) -> str:
+    return DEVICE_IDS[source.partition("=")[0]]
+
+
+def resolve_source(source: str, block_ids: dict[str, str]) -> str | None:
+    """The device a mount source names on a host: UUID=/LABEL=/PARTUUID=/PARTLABEL= through the host's
+    /dev/disk/by-* links (hicache_host_facts' block_ids), anything else as written. None: no such device."""
+    if not is_device_id(source):
+        return source
+    kind, _, value = source.partition("=")
+    return block_ids.get(f"{kind}={value.strip(chr(34))}")
+
+
 def nfsrahead_conf(d) -> str:
     """nfs-utils' nfsrahead reads this (via the udev rule it ships) each time an NFS bdi appears."""
     return f"# Managed by hicache-deploy: NFS read-ahead for the L3 tier.\n[nfsrahead]\nnfs={d.storage_read_ahead_kb}\nnfs4={d.storage_read_ahead_kb}\n"

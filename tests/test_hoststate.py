@@ -90,3 +90,44 @@ TX:\t\t1024
 
 def test_parse_ethtool_rings():
     assert hoststate.parse_ethtool_rings(ETHTOOL_G) == {"max": {"RX": 8192, "TX": 8192}, "current": {"RX": 1024, "TX": 1024}}
+
+
+LOCAL_DEVICE = "140 22 259:1 / /mnt/nvme/sglang-hicache rw,relatime shared:90 - xfs /dev/nvme1n1 rw,attr2,inode64\n"
+
+
+def test_a_uuid_source_matches_the_device_it_names_on_the_host():
+    wanted = storage.mount(deployment("local", storage_device="UUID=1234-abcd"))
+    live = hoststate.mount_at(hoststate.parse_mountinfo(MOUNTINFO + LOCAL_DEVICE), wanted.point)
+    assert hoststate.compare_mount(live, wanted.options, wanted.source, wanted.fstype, "/dev/nvme1n1") == []
+    assert hoststate.compare_mount(live, wanted.options, wanted.source, wanted.fstype, "/dev/nvme2n1") == [
+        "source is /dev/nvme1n1, expected UUID=1234-abcd (/dev/nvme2n1)"]
+    assert hoststate.compare_mount(live, wanted.options, wanted.source, wanted.fstype) == ["source is /dev/nvme1n1, expected UUID=1234-abcd"]
+
+
+def test_a_local_mount_of_another_filesystem_is_reported():
+    wanted = storage.mount(deployment("local", storage_device="/dev/nvme1n1", storage_fstype="ext4"))
+    live = hoststate.mount_at(hoststate.parse_mountinfo(LOCAL_DEVICE), wanted.point)
+    assert hoststate.compare_mount(live, wanted.options, wanted.source, wanted.fstype) == ["filesystem is xfs, expected ext4"]
+
+
+def report(**fields):
+    return {"interfaces": [], "connectx": [], "missing": [], "changes": [], "unavailable": [], "failed": [], **fields}
+
+
+def test_nic_verdict_a_host_with_connectx_fails_on_what_it_cannot_do():
+    named_absent = report(interfaces=["ens9"], connectx=["ens1f0np0"], missing=["ens9"],
+                          unavailable=[{"what": "ens9", "reason": "no interface ens9 on this host (named in hicache_nic_interfaces)"}])
+    assert hoststate.nic_verdict(named_absent, asked=True) == {
+        "failures": ["ens9: no interface ens9 on this host (named in hicache_nic_interfaces)"], "gaps": [], "changes": []}
+    tool = report(interfaces=["ens1f0np0"], connectx=["ens1f0np0"], unavailable=[{"what": "ens1f0np0 qos", "reason": "mlnx_qos is not installed"}],
+                  changes=[{"what": "ens1f0np0 mtu"}], failed=[{"what": "ens1f0np0 mtu", "reason": "ip: Operation not permitted"}])
+    assert hoststate.nic_verdict(tool, asked=False) == {
+        "failures": ["ens1f0np0 mtu: ip: Operation not permitted", "ens1f0np0 qos: mlnx_qos is not installed"], "gaps": [], "changes": ["ens1f0np0 mtu"]}
+
+
+def test_nic_verdict_a_host_without_connectx_has_gaps_only_for_what_is_asked():
+    none_here = report(unavailable=[{"what": "interfaces", "reason": "no ConnectX port (driver mlx5_core, PCI vendor 0x15b3) on this host"}])
+    assert hoststate.nic_verdict(none_here, asked=True)["gaps"] == ["interfaces: no ConnectX port (driver mlx5_core, PCI vendor 0x15b3) on this host"]
+    assert hoststate.nic_verdict(none_here, asked=False) == {"failures": [], "gaps": [], "changes": []}  # a local tier, no port named
+    named = report(interfaces=["ens9"], missing=["ens9"], unavailable=[{"what": "ens9", "reason": "no interface ens9 on this host (named in hicache_nic_interfaces)"}])
+    assert hoststate.nic_verdict(named, asked=True)["gaps"] == ["ens9: no interface ens9 on this host (named in hicache_nic_interfaces)"]

@@ -87,3 +87,11 @@ def test_no_connectx_port_is_a_reason_not_a_success(tmp_path):
 def test_pfc_and_ecn_follow_the_inventory():
     desired = nic.desired(deployment("vast", nic_pfc_priorities=[3, 4], nic_ecn_priorities=[]))
     assert desired["pfc"] == [0, 0, 0, 1, 1, 0, 0, 0] and desired["ecn_priorities"] == []
+
+
+def test_a_named_port_that_is_absent_is_reported_by_name(sample_connectx):
+    config = {**nic.desired(deployment("vast")), "interfaces": ["ens1f0np0", "ens9f0np0"]}
+    rc, report = program(sample_connectx, "--check-json", config)
+    assert rc == 0 and report["missing"] == ["ens9f0np0"] and report["connectx"] == ["ens1f0np0"]
+    assert {"what": "ens9f0np0", "reason": "no interface ens9f0np0 on this host (named in hicache_nic_interfaces)"} in report["unavailable"]
+    assert not any(u["what"].startswith("ens9f0np0 ") for u in report["unavailable"])  # not once per setting

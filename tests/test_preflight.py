@@ -1,11 +1,39 @@
 """preflight's judgement of a host's facts; the facts are written out in the shape hicache_host_facts returns
-(the module itself runs on the Molecule and fleet hosts)."""
+(the module itself runs on the Molecule and fleet hosts).
+
+Judged against what the inventory needs, whatever hicache_strict says: an item not needed is "not needed",
+a needed item the host lacks is missing and required; doctor's exit code follows from that alone.
+"""
 
 from __future__ import annotations
 
 from helpers import deployment
 
 from hicachectl import preflight
+
+# A GPU host as the VAST document describes it: 8 GPUs, two ConnectX-7 ports, RDMA, NFS client with rpcrdma,
+# the VAST NFS driver, Docker answering, the NVIDIA toolkit.
+FULL = {
+    "os": {"id": "ubuntu", "version_id": "22.04", "pretty": "Ubuntu 22.04.4 LTS"}, "kernel": "5.15.0-105-generic", "python": "3.10.12",
+    "tools": {"mount.nfs": "/usr/sbin/mount.nfs", "docker": "/usr/bin/docker", "nvidia-ctk": "/usr/bin/nvidia-ctk"},
+    "kernel_modules": {"nfs": {"loaded": True, "available": True}, "rpcrdma": {"loaded": True, "available": True}},
+    "filesystems": ["ext4", "nfs", "nfs4"],
+    "interfaces": [{"name": "ens1f0np0", "driver": "mlx5_core"}, {"name": "ens2f0np0", "driver": "mlx5_core"}],
+    "rdma_devices": ["mlx5_0", "mlx5_1"], "vastnfs_version": "4.0.30",
+    "gpus": {"count": 8, "names": [f"GPU {i}: NVIDIA B200" for i in range(8)], "error": None},
+    "runtime_engines": {"docker": {"answers": True, "detail": "27.3.1"}},
+    "mem_total_gb": 2100.0, "disk": {"path": "/root", "free_gb": 500.0}, "block_ids": {"UUID=1234-abcd": "/dev/nvme1n1"},
+}
+# This machine's kind: no GPU, no RDMA, no NFS client, no container runtime.
+BARE = {"os": {"id": "debian", "version_id": "12"}, "kernel": "6.1.0", "python": "3.11.2", "tools": {}, "kernel_modules": {},
+        "filesystems": ["ext4", "tmpfs"], "interfaces": [{"name": "eth0", "driver": "virtio_net"}], "rdma_devices": [],
+        "gpus": {"count": 0, "names": [], "error": None}, "runtime_engines": {}, "mem_total_gb": 8.0,
+        "disk": {"path": "/", "free_gb": 50.0}, "block_ids": {}}
+NFS_ITEMS = ("connectx", "rdma", "nfs_client", "rpcrdma")
+
+
+def statuses(facts, d):
+    return {c.item: c.status for c in preflight.judge(facts, d)}
 
 
 def runtime(facts, **overrides):
@@ -23,5 +51,85 @@ def test_a_docker_client_without_its_daemon_cannot_run_the_server():
 def test_an_answering_engine_a_missing_client_and_no_runtime():
     answering = {"tools": {"docker": "/usr/bin/docker"}, "runtime_engines": {"docker": {"answers": True, "detail": "27.3.1"}}}
     assert runtime(answering).status == preflight.OK and "engine 27.3.1" in runtime(answering).detail
-    assert runtime({"tools": {}}).detail == "docker not found"
-    assert runtime({"tools": {}}, container_runtime="none", cache_container_dir=None, model_dir=None).status == preflight.INFO
+    assert runtime({"tools": {}}).detail == "docker not found (needed for the server's docker container)"
+    assert runtime({"tools": {}}, container_runtime="none", cache_container_dir=None, model_dir=None).status == preflight.NOT_NEEDED
+
+
+def test_the_vast_host_of_the_document_has_everything():
+    report = preflight.report(FULL, deployment("vast"))
+    assert report["required_missing"] == [] and preflight.host_status(report) == "ok"
+    assert {c["item"] for c in report["checks"] if c["status"] == preflight.OK} >= {"gpus", "vastnfs", *NFS_ITEMS, "container_runtime"}
+
+
+def test_the_judgement_does_not_depend_on_strictness():
+    for facts in (FULL, BARE):
+        strict, lax = (preflight.report(facts, deployment("vast", strict=s)) for s in (True, False))
+        assert strict["checks"] == lax["checks"] and strict["required_missing"] == lax["required_missing"]
+        assert (strict["strict"], lax["strict"]) == (True, False)
+
+
+def test_a_bare_host_lacks_everything_a_vast_server_needs():
+    report = preflight.report(BARE, deployment("vast"))
+    missing = [m.split(":")[0] for m in report["required_missing"]]
+    assert missing == ["gpus", "connectx", "rdma", "nfs_client", "rpcrdma", "vastnfs", "host_ram", "container_runtime", "nvidia_container_toolkit"]
+    assert "rpcrdma: no rpcrdma module for this kernel" in report["required_missing"][4]
+    assert "(needed for the vast L3 tier over proto=rdma)" in report["required_missing"][4]
+
+
+def test_a_local_tier_needs_no_nfs_client_rdma_or_connectx():
+    d = deployment("local")
+    judged = statuses(BARE, d)
+    assert {item: judged[item] for item in (*NFS_ITEMS, "vastnfs")} == dict.fromkeys((*NFS_ITEMS, "vastnfs"), preflight.NOT_NEEDED)
+    detail = next(c.detail for c in preflight.judge(BARE, d) if c.item == "nfs_client")
+    assert detail == "not needed: the L3 tier is local (host: mount.nfs is not installed (package nfs-common / nfs-utils))"
+    assert judged["gpus"] == preflight.MISSING  # any SGLang server needs a GPU
+    assert "l3_device" not in judged  # a plain directory
+
+
+def test_the_runtime_and_toolkit_are_needed_only_for_a_container():
+    in_container = statuses(BARE, deployment("local"))
+    assert in_container["container_runtime"] == in_container["nvidia_container_toolkit"] == preflight.MISSING
+    on_host = statuses(BARE, deployment("local", container_runtime="none"))
+    assert on_host["container_runtime"] == on_host["nvidia_container_toolkit"] == preflight.NOT_NEEDED
+    report = preflight.report(BARE, deployment("local", container_runtime="none"))
+    assert [m.split(":")[0] for m in report["required_missing"]] == ["gpus"]
+
+
+def test_vastnfs_only_for_multipath_and_rdma_only_over_rdma():
+    single_path = statuses(BARE, deployment("vast", storage_remoteports=None, storage_localports=[]))
+    assert single_path["vastnfs"] == preflight.NOT_NEEDED and single_path["rpcrdma"] == preflight.MISSING
+    over_tcp = statuses(BARE, deployment("netapp", storage_options=["proto=tcp"]))
+    assert over_tcp["rpcrdma"] == over_tcp["rdma"] == preflight.NOT_NEEDED
+    assert over_tcp["nfs_client"] == over_tcp["connectx"] == preflight.MISSING
+    assert statuses(BARE, deployment("netapp"))["rpcrdma"] == preflight.MISSING
+
+
+def test_can_mount_asks_a_local_device_tier_for_its_device_not_for_nfs():
+    by_uuid = deployment("local", storage_device="UUID=1234-abcd")
+    assert preflight.can_mount(FULL, by_uuid) == (True, "UUID=1234-abcd is /dev/nvme1n1")
+    ok, why = preflight.can_mount(BARE, by_uuid)
+    assert not ok and why == "no block device with UUID=1234-abcd on this host (none in /dev/disk/by-uuid)"
+    assert preflight.can_mount(BARE, deployment("local", storage_device="/dev/nvme1n1"))[0]  # no mount.nfs asked for
+    judged = {c.item: c for c in preflight.judge(BARE, by_uuid)}
+    assert judged["l3_device"].blocking and judged["nfs_client"].status == preflight.NOT_NEEDED
+    ok, why = preflight.can_mount(BARE, deployment("vast"))
+    assert not ok and why.startswith("mount.nfs is not installed")
+    ok, why = preflight.can_mount({**FULL, "kernel_modules": {"nfs": {"loaded": True, "available": True}}}, deployment("vast"))
+    assert not ok and why.startswith("no rpcrdma module")
+
+
+def test_doctor_exit_codes():
+    ok, missing = preflight.report(FULL, deployment("vast")), preflight.report(BARE, deployment("vast"))
+    assert preflight.doctor_exit_code({"a": ok, "b": ok}) == 0
+    assert preflight.doctor_exit_code({"a": ok, "b": missing}) == 1
+    assert preflight.doctor_exit_code({"a": missing, "b": None}) == 2  # a host that could not be checked
+    assert [preflight.host_status(r) for r in (ok, missing, None)] == ["ok", "missing", "not checked"]
+    lax = preflight.report(BARE, deployment("vast", strict=False))
+    assert preflight.doctor_exit_code({"a": lax}) == 1  # a tolerated gap is still missing for doctor
+
+
+def test_old_os_warns_and_python_and_ansible_are_required():
+    old = {**FULL, "os": {"id": "ubuntu", "version_id": "18.04"}, "python": "3.6.9"}
+    judged = {c.item: c for c in preflight.judge(old, deployment("vast"), ansible_version="2.14.0")}
+    assert judged["os"].status == preflight.WARN and not judged["os"].blocking
+    assert judged["python"].blocking and judged["ansible"].blocking

@@ -10,7 +10,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: hicache_host_facts
 short_description: Read what a GPU host has for hicache-deploy
-description: Reads OS, kernel, GPUs, network interfaces, RDMA devices, NFS client support, tools, memory and free disk.
+description: Reads OS, kernel, GPUs, network interfaces, RDMA devices, NFS client support, tools, memory, free disk and the block devices behind UUID=/LABEL= names.
 options:
   disk_path:
     description: Report free space of the filesystem holding this path (its nearest existing parent).
@@ -25,6 +25,7 @@ hicache_host: {description: The facts, returned: always, type: dict}
 
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -125,6 +126,22 @@ def engine(client, probe):
     return {"answers": proc.returncode == 0, "detail": text.splitlines()[-1][:300] if text else ""}
 
 
+BLOCK_ID_DIRS = {"UUID": "/dev/disk/by-uuid", "LABEL": "/dev/disk/by-label", "PARTUUID": "/dev/disk/by-partuuid",
+                 "PARTLABEL": "/dev/disk/by-partlabel"}
+
+
+def block_ids(dirs=None):
+    """{'UUID=1234-abcd': '/dev/nvme1n1', 'LABEL=kv': ...} from udev's /dev/disk/by-* links, so a mount
+    source written as UUID=/LABEL= can be compared with the device /proc/self/mountinfo names.
+    udev writes unsafe characters of a label as \\xNN."""
+    out = {}
+    for kind, directory in (dirs or BLOCK_ID_DIRS).items():
+        for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
+            value = re.sub(r"\\x([0-9a-fA-F]{2})", lambda m: chr(int(m.group(1), 16)), name)
+            out[f"{kind}={value}"] = os.path.realpath(os.path.join(directory, name))
+    return out
+
+
 def meminfo_gb():
     for line in (read("/proc/meminfo", "") or "").splitlines():
         if line.startswith("MemTotal:"):
@@ -159,6 +176,7 @@ def main():
         "disk": free_gb(module.params["disk_path"]),
         "sunrpc_sysctl": read("/proc/sys/sunrpc/tcp_slot_table_entries"),
         "systemd": os.path.isdir("/run/systemd/system"),
+        "block_ids": block_ids(),
     }
     module.exit_json(changed=False, hicache_host=facts)
 

@@ -23,10 +23,11 @@ def free_port() -> int:
 
 
 class Fleet:
-    def __init__(self, workdir: pathlib.Path, count: int, prefix: str = "hicache-fleet"):
+    def __init__(self, workdir: pathlib.Path, count: int, prefix: str = "hicache-fleet", caps: tuple[str, ...] = ()):
         self.workdir = workdir
         self.key = workdir / "id_ed25519"
         self.hosts = {f"{prefix}-{os.getpid()}-{i + 1}": free_port() for i in range(count)}
+        self.caps = tuple(caps)  # extra capabilities of every host (testhost.sh's TESTHOST_CAPS), e.g. ("SYS_ADMIN",)
 
     def up(self) -> Fleet:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -34,7 +35,7 @@ class Fleet:
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.key)], check=True)
         subprocess.run([str(HERE / "base_image.sh")], check=True, stdout=subprocess.DEVNULL)  # build once, not per host
         with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
-            for done in [pool.submit(self._run, "up", name, str(port), str(self.key)) for name, port in self.hosts.items()]:
+            for done in [pool.submit(self._run, "up", name, str(port), str(self.key), caps=self.caps) for name, port in self.hosts.items()]:
                 done.result()
         return self
 
@@ -71,5 +72,6 @@ class Fleet:
                               capture_output=True, text=True, timeout=60)
 
     @staticmethod
-    def _run(*args: str) -> None:
-        subprocess.run([TESTHOST, *args], check=True, stdout=subprocess.DEVNULL)
+    def _run(*args: str, caps: tuple[str, ...] = ()) -> None:
+        env = {**os.environ, "TESTHOST_CAPS": " ".join(caps)} if caps else None
+        subprocess.run([TESTHOST, *args], check=True, stdout=subprocess.DEVNULL, env=env)
