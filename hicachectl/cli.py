@@ -172,7 +172,7 @@ def doctor(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bo
 
     Exit 0: nothing required is missing; 1: a required item is missing; 2: a host could not be checked.
     """
-    from hicachectl import report, rules, runner
+    from hicachectl import preflight, report, rules, runner
 
     inv, deployments, findings = _check(inventory, limit)
     if rules.has_errors(findings):
@@ -181,18 +181,19 @@ def doctor(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bo
     result = runner.run_playbook("doctor.yml", inv.path, limit=limit)
     hosts = sorted(deployments)
     reports = {h: result.hosts[h].facts.get("__hicache_preflight") if h in result.hosts else None for h in hosts}
-    unchecked = {h: "; ".join(result.hosts[h].reasons) if h in result.hosts else "not run" for h, r in reports.items() if r is None}
-    missing = {h: r["required_missing"] for h, r in reports.items() if r and r["required_missing"]}
-    code = 2 if unchecked else (EXIT_INVALID if missing else EXIT_OK)
+    unchecked = {h: "; ".join(map(str, result.hosts[h].reasons)) if h in result.hosts else "not run" for h, r in reports.items() if r is None}
+    code = preflight.doctor_exit_code(reports)
     if json:
-        report.emit_json({"inventory": inv.name, "exit_code": code, "hosts": {h: r or {"error": unchecked[h]} for h, r in reports.items()}})
+        report.emit_json({"inventory": inv.name, "exit_code": code,
+                          "hosts": {h: dict(r, status=preflight.host_status(r)) if r else {"status": preflight.host_status(r), "error": unchecked[h]}
+                                    for h, r in reports.items()}})
         raise typer.Exit(code)
     items = list(dict.fromkeys(c["item"] for r in reports.values() if r for c in r["checks"]))
     cells = {h: {c["item"]: c["status"] + (" (required)" if c["blocking"] else "") for c in r["checks"]} for h, r in reports.items() if r}
     typer.echo(report.table(["item"] + hosts, [[item] + [cells.get(h, {}).get(item, "-" if h in cells else "?") for h in hosts] for item in items]))
     for host, r in reports.items():
         for c in (r or {}).get("checks", []):
-            if c["status"] not in ("ok", "info"):
+            if c["status"] in (preflight.MISSING, preflight.WARN):
                 typer.echo(f"{host}: {c['item']}: {c['detail']}" + (" [required by the inventory]" if c["blocking"] else ""))
     for host, reason in unchecked.items():
         typer.echo(f"{host}: could not be checked: {reason}")
@@ -209,38 +210,44 @@ def deploy(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bo
 
 @app.command()
 def status(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bool = JsonOpt) -> None:
-    """Per host: unit state, since when, image, config hash (and whether it is the inventory's), /health.
+    """Per host: unit state, since when, image, the config it runs (the inventory's, pending restart, or
+    another), /health, and whether the running server (/server_info) agrees with the inventory.
 
-    Exit 0: every server is active, healthy and runs the inventory's config; 1 otherwise; 2: a host could not be read.
+    Exit 0: every server is active, healthy and runs the inventory's config; 1 otherwise (not deployed
+    included); 2: a host could not be read.
     """
     from hicachectl import report, rules, runner
+    from hicachectl import status as judging
 
     inv, deployments, findings = _check(inventory, limit)
     if rules.has_errors(findings):
         _print_findings(inv, findings)
         raise typer.Exit(EXIT_INVALID)
-    result = runner.run_playbook("status.yml", inv.path, limit=limit)
+    result = runner.run_playbook("status.yml", inv.path, limit=limit, hosts=deployments)
     rows, data, code = [], {}, EXIT_OK
     for host in sorted(deployments):
-        state = result.hosts[host].facts.get("__hicache_status") if host in result.hosts else None
+        state = result.hosts[host].facts.get("__hicache_status")
         if state is None:
-            reason = "; ".join(result.hosts[host].reasons) if host in result.hosts else "not run"
-            data[host], code = {"error": reason}, 2
+            reason = "; ".join(result.hosts[host].reasons) or result.hosts[host].status
+            data[host], code = {"ok": False, "error": reason}, 2
             rows.append([host, "?", "", "", "", "", reason])
             continue
-        deployed = state["deployed"] or {}
-        current = deployed.get("config_hash") == state["wanted_config_hash"]
-        healthy = str(state["health"]) == "200"
-        if code == EXIT_OK and not (state["unit"] == "active" and healthy and current):
+        verdict = judging.judge(deployments[host], state)
+        if code == EXIT_OK and not verdict["ok"]:
             code = EXIT_INVALID
-        data[host] = {**state, "current": current, "healthy": healthy}
+        deployed = state["deployed"] or {}
+        data[host] = {**state, **verdict, "current": verdict["config"] == judging.CURRENT}
+        if verdict["config"] == judging.NONE:
+            rows.append([host, "not deployed", "", "", "", "", "; ".join(verdict["problems"])])
+            continue
         rows.append([host, state["unit"], state["since"], deployed.get("image", "-"),
-                     (deployed.get("config_hash") or "-") + ("" if current else " (not the inventory's)"),
-                     "ok" if healthy else str(state["health"]), ""])
+                     f"{deployed.get('config_hash') or '-'} ({verdict['config']})",
+                     "ok" if verdict["healthy"] else ("down" if int(state["health"] or -1) <= 0 else str(state["health"])),
+                     "; ".join(verdict["problems"])])
     if json:
         report.emit_json({"inventory": inv.name, "exit_code": code, "hosts": data})
     else:
-        typer.echo(report.table(["host", "unit", "since", "image", "config", "health", "error"], rows))
+        typer.echo(report.table(["host", "unit", "since", "image", "config", "health", "problem"], rows))
     raise typer.Exit(code)
 
 
@@ -251,31 +258,37 @@ def verify(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bo
     """Check each host (mount, read-ahead, memlock, NICs) and its server (/health, served name, a chat
     completion, cache report, metrics). Changes nothing, except that --l3 restarts the servers.
 
-    Exit 0: every check passed (or was skipped with its reason); 1: a check failed; 2: a host could not be checked.
+    Exit 0: every check passed, or could not be made only where the inventory tolerates it (hicache_strict:
+    false; the host is shown degraded); 1: a check failed; 2: a host could not be checked.
     """
-    from hicachectl import report, rules, runner
+    from hicachectl import report, rules, runner, verify
 
     inv, deployments, findings = _check(inventory, limit)
     if rules.has_errors(findings):
         _print_findings(inv, findings)
         raise typer.Exit(EXIT_INVALID)
     _say(f"verifying {len(deployments)} host(s) of {inv.name}" + (" with the L3 persistence proof (restarts each server)" if l3 else ""))
-    result = runner.run_playbook("verify.yml", inv.path, limit=limit, extravars=_play_vars(deployments, l3, {"__hicache_verify_l3_requested": l3}),
+    run_id = _new_run_id()
+    result = runner.run_playbook("verify.yml", inv.path, limit=limit, hosts=deployments,
+                                 extravars=_play_vars(deployments, l3, {"__hicache_verify_l3_requested": l3, "__hicache_run_id": run_id}),
                                  progress=lambda host, task, status: _say(f"  {host}: {task} ... {status}") if status != "ok" else None)
+    _release_locks_after(result, inv, run_id)
     hosts, code = {}, EXIT_OK
     for host in sorted(deployments):
-        outcome = result.hosts.get(host)
-        verdict = outcome.facts.get("__hicache_verify_result") if outcome else None
+        outcome = result.hosts[host]
+        verdict = outcome.facts.get("__hicache_verify_result")
         if verdict is None:
-            why = "; ".join(outcome.reasons) if outcome else ("not verified: the proof stops restarting servers after a failed batch"
-                                                              if l3 else "not run")
-            hosts[host] = {"ok": False, "error": why, "checks": []}
+            why = "; ".join(outcome.reasons) or ("not verified: the proof stops restarting servers after a failed batch"
+                                                 if l3 and outcome.status == "not run" else outcome.status)
+            hosts[host] = {"ok": False, "status": outcome.status if outcome.status != "ok" else "failed", "error": why, "checks": []}
             code = 2
             continue
-        skips = [dict(zip(("check", "detail"), skip.split(" : ", 1)[-1].split(": ", 1), strict=False), status="skip", cause="")
-                 for skip in outcome.skips if ": condition false: " not in skip]
-        hosts[host] = {"ok": verdict["ok"], "checks": skips + verdict["checks"]}
-        if not verdict["ok"] and code == EXIT_OK:
+        # What the inventory tolerates not having (hicache_strict: false) was not checked: the host is degraded.
+        gaps = [{"check": gap.task, "status": verify.NOT_CHECKED, "detail": gap.reason, "cause": "tolerated: hicache_strict is false"}
+                for gap in outcome.gaps]
+        ok = verdict["ok"] and not outcome.interrupted
+        hosts[host] = {"ok": ok, "status": "passed" if ok and not gaps else ("degraded" if ok else "failed"), "checks": gaps + verdict["checks"]}
+        if not ok and code == EXIT_OK:
             code = EXIT_INVALID
     if json:
         report.emit_json({"inventory": inv.name, "l3": l3, "exit_code": code, "hosts": hosts})
@@ -287,8 +300,10 @@ def verify(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bo
         for c in r["checks"]:
             if c["status"] == "fail" and c["cause"]:
                 typer.echo(f"{host}: {c['check']}: {c['cause']}")
-    skipped = sum(c["status"] == "skip" for r in hosts.values() for c in r["checks"])
-    typer.echo("verify: " + ("passed" if code == EXIT_OK else "FAILED") + (f" ({skipped} check(s) skipped, not proven)" if skipped else ""))
+    unchecked = sum(c["status"] == verify.NOT_CHECKED for r in hosts.values() for c in r["checks"])
+    degraded = sorted(h for h, r in hosts.items() if r.get("status") == "degraded")
+    typer.echo("verify: " + ("FAILED" if code != EXIT_OK else "passed, DEGRADED" if degraded else "passed")
+               + (f" ({unchecked} check(s) not made" + (f"; degraded: {', '.join(degraded)}" if degraded else "") + ")" if unchecked else ""))
     raise typer.Exit(code)
 
 
@@ -415,6 +430,44 @@ def _play_vars(deployments: dict, rolling: bool, extravars: dict | None = None) 
     return extravars
 
 
+def _new_run_id() -> str:
+    """Names the run in the hosts' locks; chosen here so the CLI can release them after an interrupted run."""
+    import datetime
+    import secrets
+
+    return f"{datetime.datetime.now(datetime.UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(4)}"
+
+
+def _release_locks_after(result, inv, run_id: str) -> None:
+    """A run cut short may leave its locks on hosts: release them (only this run's), or name them."""
+    from hicachectl import runner
+
+    if result.interrupted is None:
+        return
+    held = sorted(result.hosts)
+    if not held:
+        return
+    released = runner.run_playbook("unlock.yml", inv.path, limit=",".join(held), hosts=held, extravars={"__hicache_run_id": run_id})
+    for host in held:
+        outcome = released.hosts[host]
+        if outcome.status == "ok":
+            result.hosts[host].notes.append(f"released the deploy lock of run {run_id} (if it held one)")
+        else:
+            why = "; ".join(outcome.reasons) or outcome.status
+            result.hosts[host].notes.append(f"the deploy lock of run {run_id} may still be held on this host "
+                                            f"(/run/hicache-deploy.lock): could not release it: {why}. Remove that file once no run uses the host.")
+
+
+def _host_reason(h) -> str:
+    parts = list(h.reasons)
+    if h.interrupted:
+        parts.append("the run was cut short before this host finished: its state is unknown; run the command again")
+    if h.status == "not run":
+        parts.append("the run never reached this host (an earlier batch failed, or the play stopped)")
+    parts += [f"{g.task}: {g.reason}" for g in h.gaps]
+    return "; ".join(dict.fromkeys(parts))
+
+
 def _run(playbook: str, inventory: str, limit: str | None, json: bool, *, check: bool, show_diff: bool, verb: str,
          extravars: dict | None = None, rolling: bool = False) -> None:
     from hicachectl import report, rules, runner
@@ -430,11 +483,14 @@ def _run(playbook: str, inventory: str, limit: str | None, json: bool, *, check:
             _say(f"  {host}: {task} ... {status}")
 
     _say(f"{'checking' if check else 'running'} {playbook} on {len(deployments)} host(s) of {inv.name}")
-    extravars = _play_vars(deployments, rolling, extravars)
-    result = runner.run_playbook(playbook, inv.path, limit=limit, check=check, diff=show_diff or check, progress=progress, extravars=extravars)
+    run_id = _new_run_id()
+    extravars = _play_vars(deployments, rolling, {**(extravars or {}), "__hicache_run_id": run_id})
+    result = runner.run_playbook(playbook, inv.path, limit=limit, check=check, diff=show_diff or check, progress=progress,
+                                 extravars=extravars, hosts=deployments)
+    _release_locks_after(result, inv, run_id)
     if json:
-        report.emit_json({"inventory": inv.name, "check": check, "ok": result.succeeded,
-                          "hosts": {h: r.as_dict() for h, r in sorted(result.hosts.items())}})
+        report.emit_json({"inventory": inv.name, "check": check, "ok": result.succeeded, "interrupted": result.interrupted,
+                          "hosts": {h: r.as_dict() | {"reason": _host_reason(r)} for h, r in sorted(result.hosts.items())}})
     else:
         for name, host in sorted(result.hosts.items()):
             for change in host.changes:
@@ -447,11 +503,12 @@ def _run(playbook: str, inventory: str, limit: str | None, json: bool, *, check:
         for name, host in sorted(result.hosts.items()):
             for note in host.notes:
                 typer.echo(f"{name}: note: {note}")
-            for skip in host.skips:
-                if ": condition false: " not in skip:  # a step this host cannot do, with its reason
-                    typer.echo(f"{name}: skipped: {skip}")
+            for gap in host.gaps:
+                typer.echo(f"{name}: degraded: {gap}")
+        if result.interrupted:
+            typer.echo(f"INTERRUPTED: {result.interrupted}; no host's outcome is known.")
         typer.echo("")
-        typer.echo(report.table(["host", "status", "ok", "changed", "failed", "skipped", "reason"],
-                                [[h.host, verb if check and h.status == "changed" else h.status, h.ok, h.changed, h.failed, h.skipped, "; ".join(h.reasons)]
+        typer.echo(report.table(["host", "status", "ok", "changed", "failed", "reason"],
+                                [[h.host, verb if check and h.status == "changed" else h.status, h.ok, h.changed, h.failed, _host_reason(h)]
                                  for h in sorted(result.hosts.values(), key=lambda r: r.host)]))
     raise typer.Exit(EXIT_OK if result.succeeded else EXIT_INVALID)

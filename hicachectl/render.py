@@ -82,10 +82,12 @@ def files(d) -> list[RenderedFile]:
     if config_text is not None:
         out.append(RenderedFile(d.extra_config_file, config_text, "0644"))
     out.append(unit(d))  # kept with the config, so a rollback restores the unit that ran with it
-    return out + [RenderedFile(DEPLOYED, json.dumps(deployed(d, out), indent=2, sort_keys=True) + "\n", "0644")]
+    return out + [RenderedFile(INSTALLED, json.dumps(deployed(d, out), indent=2, sort_keys=True) + "\n", "0644")]
 
 
-DEPLOYED = "deployed.json"
+# installed.json describes the files in cfg/; the role copies it to deployed.json only once a server started
+# with them and answered /health, so deployed.json always describes what runs (status, rollback read it).
+INSTALLED, DEPLOYED = "installed.json", "deployed.json"
 
 
 def config_hash(rendered: list[RenderedFile]) -> str:
@@ -96,6 +98,6 @@ def config_hash(rendered: list[RenderedFile]) -> str:
 
 
 def deployed(d, rendered: list[RenderedFile]) -> dict:
-    """What runs, recorded beside it: status reads it, rollback names it. Changes only with the config."""
+    """The record of a config: installed.json beside its files, deployed.json once it runs. Changes only with the config."""
     return {"config_hash": config_hash(rendered), "image": d.image, "sglang_version": d.sglang_version,
             "served_model_name": d.served_name, "port": d.effective_port}

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import pathlib
+import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from hicachectl.inventory import PROJECT_ROOT
@@ -26,6 +28,22 @@ class Change:
 
 
 @dataclasses.dataclass
+class Record:
+    """One task's word about a host: a gap (asked for, not done, tolerated), a skip (not asked for), a failure."""
+    task: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.task}: {self.reason}"
+
+
+# A host's outcome, worst first. "degraded": it ran, with gaps its inventory tolerates (hicache_strict: false);
+# "interrupted": the run ended before the host finished; "not run": the run never reached it.
+STATUSES = ("unreachable", "failed", "interrupted", "not run", "degraded", "changed", "ok")
+GOOD = ("ok", "changed", "degraded")
+
+
+@dataclasses.dataclass
 class HostResult:
     host: str
     ok: int = 0
@@ -33,9 +51,12 @@ class HostResult:
     failed: int = 0
     skipped: int = 0
     unreachable: bool = False
+    interrupted: bool = False
+    reached: bool = False  # an event of this run named the host
     reasons: list[str] = dataclasses.field(default_factory=list)
     changes: list[Change] = dataclasses.field(default_factory=list)
-    skips: list[str] = dataclasses.field(default_factory=list)
+    gaps: list[Record] = dataclasses.field(default_factory=list)
+    skips: list[Record] = dataclasses.field(default_factory=list)
     facts: dict[str, Any] = dataclasses.field(default_factory=dict)  # what set_fact / modules returned as ansible_facts
     notes: list[str] = dataclasses.field(default_factory=list)  # what hicache_note told the operator
 
@@ -43,9 +64,19 @@ class HostResult:
     def status(self) -> str:
         if self.unreachable:
             return "unreachable"
+        if self.interrupted:
+            return "interrupted"
         if self.failed:
             return "failed"
+        if not self.reached:
+            return "not run"
+        if self.gaps:
+            return "degraded"
         return "changed" if self.changed else "ok"
+
+    @property
+    def good(self) -> bool:
+        return self.status in GOOD
 
     def as_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -57,10 +88,11 @@ class HostResult:
 class RunResult:
     rc: int
     hosts: dict[str, HostResult]
+    interrupted: str | None = None  # why the run ended before its final stats, if it did
 
     @property
     def succeeded(self) -> bool:
-        return self.rc == 0 and not any(h.failed or h.unreachable for h in self.hosts.values())
+        return self.rc == 0 and self.interrupted is None and all(h.good for h in self.hosts.values())
 
 
 Progress = Callable[[str, str, str], None]  # host, task, status
@@ -82,6 +114,7 @@ class _Collector:
         self.hosts: dict[str, HostResult] = {}
         self.progress = progress
         self.running: dict[tuple[str, str], threading.Timer] = {}
+        self.finished = False  # the final stats event arrived
 
     def host(self, name: str) -> HostResult:
         return self.hosts.setdefault(name, HostResult(name))
@@ -94,7 +127,10 @@ class _Collector:
         res = data.get("res") or {}
         if host_name and kind.startswith("runner_on_") and kind != "runner_on_start" and (host_name, task) in self.running:
             self.running.pop((host_name, task)).cancel()
+        if host_name and kind.startswith("runner_") and not data.get("delegated_host"):
+            self.host(host_name).reached = True
         if kind == "playbook_on_stats":
+            self.finished = True
             self._stats(data)
         elif host_name and kind == "runner_on_start" and str(data.get("task_action", "")).endswith(LONG_ACTIONS):
             timer = threading.Timer(LONG_AFTER_SECONDS, self._tell, (host_name, task, "running"))
@@ -104,6 +140,8 @@ class _Collector:
         elif host_name and kind in ("runner_on_ok", "runner_item_on_ok"):
             if res.get("hicache_note"):
                 self.host(host_name).notes.append(str(res["hicache_note"]))
+            for gap in res.get("hicache_gaps") or []:
+                self.host(host_name).gaps.append(Record(task, str(gap)))
             if isinstance(res.get("ansible_facts"), dict) and not data.get("delegated_host"):
                 self.host(host_name).facts.update(res["ansible_facts"])
             if res.get("changed") and "results" not in res:
@@ -111,7 +149,10 @@ class _Collector:
             long_step = str(data.get("task_action", "")).endswith(LONG_ACTIONS)
             self._tell(host_name, task, "changed" if res.get("changed") else ("done" if long_step else "ok"))
         elif host_name and kind in ("runner_on_failed", "runner_item_on_failed") and not data.get("ignore_errors"):
-            self.host(host_name).reasons.append(f"{task}: {_message(res)}")
+            reasons = self.host(host_name).reasons
+            message = _message(res)
+            if not any(r.endswith(f": {message}") for r in reasons):  # a rescue that re-raises repeats the cause
+                reasons.append(f"{task}: {message}")
             self._tell(host_name, task, "failed")
         elif host_name and kind == "runner_on_unreachable":
             self.host(host_name).reasons.append(f"unreachable: {_message(res)}")
@@ -142,9 +183,26 @@ def _message(res: dict[str, Any]) -> str:
     return str(msg).strip()
 
 
+@contextlib.contextmanager
+def _cancel_on_signals():
+    """SIGINT/SIGTERM stop the playbook through ansible-runner (not this process mid-event), so the run
+    ends as interrupted with its hosts named, and the CLI can release their locks."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    previous = {sig: signal.signal(sig, lambda number, _frame: received.append(number)) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield lambda: bool(received)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def run_playbook(playbook: str, inventory: pathlib.Path, *, limit: str | None = None, check: bool = False,
                  diff: bool = False, extravars: dict[str, Any] | None = None, tags: str | None = None,
-                 progress: Progress | None = None) -> RunResult:
+                 progress: Progress | None = None, hosts: Iterable[str] = ()) -> RunResult:
+    """Run one playbook; `hosts` are the hosts it targets, each of which gets a result (\"not run\" if never reached)."""
     import ansible_runner
 
     cmdline = []
@@ -153,7 +211,9 @@ def run_playbook(playbook: str, inventory: pathlib.Path, *, limit: str | None = 
     if diff:
         cmdline.append("--diff")
     collector = _Collector(progress)
-    with tempfile.TemporaryDirectory(prefix="hicachectl-") as private:
+    for name in hosts:
+        collector.host(name)
+    with tempfile.TemporaryDirectory(prefix="hicachectl-") as private, _cancel_on_signals() as cancelled:
         skips = pathlib.Path(private) / "skips.jsonl"
         result = ansible_runner.run(
             private_data_dir=private,
@@ -172,11 +232,19 @@ def run_playbook(playbook: str, inventory: pathlib.Path, *, limit: str | None = 
                      "ANSIBLE_CALLBACK_PLUGINS": str(PROJECT_ROOT / "plugins" / "callback"),
                      "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])},
             event_handler=collector,
+            cancel_callback=cancelled,
             quiet=True,
             suppress_env_files=True,
         )
         for line in skips.read_text().splitlines() if skips.exists() else []:
             skip = json.loads(line)
-            collector.host(skip["host"]).skips.append(f"{skip['task']}: {skip['reason']}")
-    return RunResult(rc=result.rc if result.rc is not None else 1, hosts=collector.hosts)
-
+            collector.host(skip["host"]).skips.append(Record(skip["task"], skip["reason"]))
+    rc = result.rc if result.rc is not None else 1
+    interrupted = None
+    if not collector.finished:
+        # Without its final stats the run's per-host counts are unknown: no host may read as ok.
+        interrupted = ("stopped by a signal to hicachectl" if cancelled() else
+                       f"the playbook ended ({result.status}, exit {rc}) before its final report")
+        for host in collector.hosts.values():
+            host.interrupted = True
+    return RunResult(rc=rc if interrupted is None else (rc or 1), hosts=collector.hosts, interrupted=interrupted)

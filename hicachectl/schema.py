@@ -69,6 +69,7 @@ VARIABLES: tuple[Var, ...] = (
     _v("hicache_model_source", "str", None, "Where hicache_model_dir gets its weights: path (already there, checked) or hub (downloaded once); None: the server resolves hicache_model_path.",
        choices=("path", "hub"), role="model"),
     _v("hicache_model_repo", "str", None, "Hub repository to download (hicache_model_source: hub), e.g. nvidia/Llama-4-Maverick-17B-128E-Instruct-FP8.", role="model"),
+    _v("hicache_model_revision", "str", None, "Hub revision of hicache_model_repo (branch, tag or commit; `hf download --revision`); None: the hub's default branch. A change downloads again.", role="model"),
     _v("hicache_model_hub_token", "str", None, "Hub token for gated models; keep it in Ansible Vault. Passed to the download only through its environment, never logged.", role="model"),
     _v("hicache_model_files", "dict", {}, "Files of the model (relative path: sha256) checked after download or on the shared path.", role="model"),
     _v("hicache_model_path", "str", NO_DEFAULT, "--model-path as the server sees it (a path in the container or a hub id).", flag="--model-path"),
@@ -112,7 +113,7 @@ VARIABLES: tuple[Var, ...] = (
     _v("hicache_workload_concurrency", "int", None, "Requests in flight the host pool must hold (default: hicache_max_running_requests, else 1).", role="preflight"),
     _v("hicache_workload_prefixes", "int", None, "Distinct prefixes the L3 tier must keep; checked against hicache_storage_capacity_gb.", role="preflight"),
     _v("hicache_storage_capacity_gb", "int", None, "Space of the L3 tier for this server's pages, in GB (1e9 bytes).", role="preflight"),
-    _v("hicache_strict", "bool", False, "Fail (rather than skip with a reason) when hardware or tools the inventory relies on are missing.", role="preflight"),
+    _v("hicache_strict", "bool", True, "Fail when hardware, tools or a mount the inventory relies on are missing. false (a test bed): each gap is reported, the host shown degraded.", role="preflight"),
     _v("hicache_preflight_min_free_gb", "int", 10, "Free space the filesystem of hicache_base_dir must have.", role="preflight"),
     # --- the L3 storage mount ------------------------------------------------------------------
     _v("hicache_storage_type", "str", "local", "What holds the L3 directory.", choices=("vast", "netapp", "local"), role="storage"),

@@ -12,7 +12,8 @@ from typing import Any
 
 from hicachectl import metrics, prompts, render
 
-PASS, FAIL, SKIP = "pass", "fail", "skip"
+# Three outcomes: a check that could not be made is "not checked", never a pass; where it was asked for, it fails.
+PASS, FAIL, NOT_CHECKED = "pass", "fail", "not checked"
 L3_PAGES = 4  # pages the persistence proof writes; more than one, so a partial write shows
 
 
@@ -49,6 +50,14 @@ def _usage(result) -> dict:
     return _json(result).get("usage") or {} if isinstance(_json(result), dict) else {}
 
 
+def server_drift(d, info: Mapping[str, Any]) -> list[str]:
+    """What the running server (its /server_info) does differently from the inventory, one phrase each."""
+    return [f"{what} {info[field]} (inventory: {want_value})" for field, what, want_value in
+            (("page_size", "page size", d.page_size), ("hicache_write_policy", "write policy", d.write_policy),
+             ("hicache_storage_backend", "storage backend", d.storage_backend), ("served_model_name", "served model name", d.served_name))
+            if want_value is not None and field in info and info[field] != want_value]
+
+
 def endpoint_checks(d, obs: Mapping[str, Any]) -> list[dict[str, str]]:
     unit = d.service_name
     checks = []
@@ -56,7 +65,7 @@ def endpoint_checks(d, obs: Mapping[str, Any]) -> list[dict[str, str]]:
     if health <= 0:
         return [_check("/health", FAIL, f"nothing answers at {obs.get('health', {}).get('url', 'the server port')}",
                        f"the server is not running: `hicachectl status`, `journalctl -u {unit}` on the host."),
-                _check("endpoints", SKIP, "no server to ask")]
+                _check("endpoints", NOT_CHECKED, "no server to ask")]
     checks.append(_check("/health", PASS, "200: a 1-token generation works") if health == 200 else
                   _check("/health", FAIL, f"answered {health}",
                          f"the server is down or still loading; `journalctl -u {unit}` on the host, `hicachectl status`."))
@@ -68,10 +77,7 @@ def endpoint_checks(d, obs: Mapping[str, Any]) -> list[dict[str, str]]:
                          "the running server is not the inventory's: deploy, or look for another server on the port."))
     info = _json(obs.get("info"))
     if isinstance(info, dict) and info:
-        drift = [f"{what} {info[field]} (inventory: {want_value})" for field, what, want_value in
-                 (("page_size", "page size", d.page_size), ("hicache_write_policy", "write policy", d.write_policy),
-                  ("hicache_storage_backend", "storage backend", d.storage_backend))
-                 if want_value is not None and field in info and info[field] != want_value]
+        drift = server_drift(d, info)
         checks.append(_check("server config", FAIL, "the server runs " + ", ".join(drift),
                              "the running server is not the inventory's (start.sh changed on the host, or not restarted): "
                              "`hicachectl deploy`.") if drift else
@@ -108,7 +114,8 @@ def l3_checks(d, obs: Mapping[str, Any]) -> list[dict[str, str]]:
     if d.storage_backend is None:
         return [_check("L3 write", FAIL, "no L3 tier configured", "set hicache_storage_backend (file, nixl or dynamic).")]
     if obs.get("restart_skipped"):
-        return [_check("L3 persistence", SKIP, obs["restart_skipped"])]
+        return [_check("L3 persistence", FAIL, f"not proven: {obs['restart_skipped']}",
+                       "--l3 asked for the proof on every host; fix the failed batch and run `hicachectl verify --l3` again.")]
     page = d.page_size or 1
     fill = obs.get("fill")
     written = metrics.delta((obs.get("fill_metrics") or {}).get("content"), (obs.get("before_metrics") or {}).get("content"),

@@ -52,7 +52,7 @@ def test_toml_writer_round_trips_or_refuses(value):
 def test_render_writes_each_hosts_files(tmp_path):
     cli("render", "--inventory", "netapp", "--out", str(tmp_path), check_rc=0)
     host = tmp_path / "gpu-01"
-    assert sorted(p.name for p in host.iterdir()) == ["deployed.json", "nixl_backend_config.toml", "run.sh", "serve.sh", "sglang-hicache.service", "start.sh"]
+    assert sorted(p.name for p in host.iterdir()) == ["installed.json", "nixl_backend_config.toml", "run.sh", "serve.sh", "sglang-hicache.service", "start.sh"]
     assert os.access(host / "start.sh", os.X_OK) and not os.access(host / "nixl_backend_config.toml", os.X_OK)
     assert tomllib.loads((host / "nixl_backend_config.toml").read_text()) == {"plugin": {"gds_mt": {"thread_count": 32, "active": True}}}
     subprocess.run(["bash", "-n", str(host / "start.sh")], check=True)

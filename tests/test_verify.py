@@ -107,7 +107,8 @@ def test_host_check_failures_and_a_proof_that_could_not_run(local):
                        restart_skipped="systemd does not run this host")
     result = verify.judge(local, obs, l3=True)
     assert failed(result)["L3 mount"]["detail"] == "/mnt/x: vers is 4.1, wanted 3"
-    assert next(c for c in result["checks"] if c["check"] == "L3 persistence")["status"] == "skip"
+    persistence = next(c for c in result["checks"] if c["check"] == "L3 persistence")
+    assert persistence["status"] == "fail" and persistence["detail"].startswith("not proven: ") and not result["ok"]
 
 
 def test_the_proof_prompt_spans_several_pages(local):

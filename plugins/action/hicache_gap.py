@@ -1,7 +1,14 @@
-"""Report a step as skipped, with the reason, so hardware this host lacks never reads as ok or changed."""
+"""Say that this host cannot do something its inventory asks for, and why.
+
+Under `strict` (hicache_strict, the default) the task fails with the reason. Otherwise the inventory
+tolerates the gap: the task reports ok without a change, the reason travels in `hicache_gaps` (hicachectl
+shows the host as *degraded*, never ok) and as a warning (plain ansible-playbook shows it). A gap is never a
+skip: skipped means "not asked for".
+"""
 
 from __future__ import annotations
 
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 
@@ -12,5 +19,9 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         reason = str(self._task.args.get("reason", "")).strip()
         if not reason:
-            return {"failed": True, "msg": "hicache_skip needs a reason"}
-        return {"skipped": True, "changed": False, "skip_reason": reason, "msg": reason}
+            return {"failed": True, "msg": "hicache_gap needs a reason"}
+        if "strict" not in self._task.args:
+            return {"failed": True, "msg": "hicache_gap needs strict: the inventory's hicache_strict"}
+        if boolean(self._task.args["strict"], strict=False):
+            return {"failed": True, "changed": False, "msg": reason, "hicache_gaps": [reason]}
+        return {"changed": False, "msg": reason, "hicache_gaps": [reason], "warnings": [f"degraded (hicache_strict is false): {reason}"]}

@@ -3,6 +3,7 @@ taken, a restart that is still needed); hicachectl prints these notes under the 
 
 from __future__ import annotations
 
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 
@@ -12,4 +13,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         note = str(self._task.args.get("note", "")).strip()
-        return {"changed": False, "msg": note, "hicache_note": note}
+        result = {"changed": False, "msg": note, "hicache_note": note}
+        if boolean(self._task.args.get("warn", False), strict=False):  # plain ansible-playbook shows warnings, not msg
+            result["warnings"] = [note]
+        return result

@@ -48,7 +48,8 @@ def hicache_files(hostvars, host, uring_fallback=False):
     return {
         "cfg_dir": deployment.cfg_dir,
         "previous_dir": deployment.cfg_dir.rstrip("/") + ".previous",
-        "deployed": json.loads(next(f.content for f in files if f.name == render.DEPLOYED)),
+        "deployed": json.loads(next(f.content for f in files if f.name == render.INSTALLED)),
+        "deployed_name": render.DEPLOYED,
         "files": [{"name": f.name, "content": f.content, "mode": f.mode} for f in files],
         "unit": {"name": unit.name, "content": unit.content},
         "health_url": f"http://{deployment.local_host}:{deployment.effective_port}/health",
@@ -70,14 +71,17 @@ def hicache_preflight(hostvars, host, facts, ansible_version=None):
 
 
 def hicache_storage(hostvars, host, facts):
-    """Everything the storage role does on this host, decided here."""
+    """Everything the storage role does on this host, decided here. The mount's `resolved_source` is the
+    device its UUID=/LABEL= source names on this host (what /proc/self/mountinfo shows once mounted)."""
     d = _deployment(hostvars, host)
+    facts = plain(facts)
     mount = storage.mount(d)
-    can_mount, why = preflight.can_mount(plain(facts), d) if mount else (True, "")
+    can_mount, why = preflight.can_mount(facts, d) if mount else (True, "")
     return {
         "cache_dir": d.cache_dir, "owner": d.cache_owner, "group": d.cache_group, "mode": d.cache_mode,
         "mount": None if mount is None else {"source": mount.source, "point": mount.point, "fstype": mount.fstype,
-                                             "options": ",".join(mount.options), "fstab_line": mount.fstab_line},
+                                             "options": ",".join(mount.options), "fstab_line": mount.fstab_line,
+                                             "resolved_source": storage.resolve_source(mount.source, facts.get("block_ids") or {})},
         "can_mount": can_mount, "cannot_mount_reason": why, "strict": bool(d.strict),
         "nfs": storage.is_nfs(d), "read_ahead_kb": d.storage_read_ahead_kb, "sunrpc_slots": d.storage_sunrpc_slots,
         "nfsrahead_conf": storage.nfsrahead_conf(d), "sunrpc_conf": storage.sunrpc_modprobe_conf(d),
@@ -94,20 +98,33 @@ def hicache_limits(variables, host):
         "dropin_file": f"/etc/systemd/system/{service}.d/{limits.DROPIN_NAME}" if service else None,
         "dropin": limits.runtime_dropin(d), "memlock": limits.systemd_memlock(d), "restart": bool(d.limits_restart_runtime),
         "sysctl_file": limits.SYSCTL_FILE, "sysctl_conf": limits.sysctl_conf(d), "sysctls": dict(d.host_sysctls),
+        "strict": bool(d.strict),
     }
 
 
-def hicache_nic(variables, host):
+def hicache_nic(variables, host, report=None):
+    """What the nic_tuning role does. With `report` (the host program's --check-json output) also `verdict`:
+    what fails the host, what is a gap, what still differs (hoststate.nic_verdict)."""
     d = _deployment(variables, host)
-    return {"desired": nic.desired(d), "config_file": nic.CONFIG_FILE, "config_text": nic.config_text(d),
-            "program": nic.PROGRAM, "unit": nic.UNIT, "unit_text": nic.unit_text(), "strict": bool(d.strict)}
+    asked = storage.is_nfs(d) or bool(d.nic_interfaces)
+    plan = {"desired": nic.desired(d), "config_file": nic.CONFIG_FILE, "config_text": nic.config_text(d),
+            "program": nic.PROGRAM, "unit": nic.UNIT, "unit_text": nic.unit_text(), "strict": bool(d.strict), "asked": asked}
+    if report is not None:
+        plan["verdict"] = hoststate.nic_verdict(plain(report), asked)
+    return plan
 
 
-def hicache_image(variables, host):
+def hicache_image(variables, host, inspect=None):
+    """What the sglang_image role does. With `inspect` (stdout of `<runtime> image inspect <image>`, '' when
+    it failed) also `local`: whether the image is there and is the pinned one (RepoDigests compared fully qualified)."""
     d = _deployment(variables, host)
-    return {"runtime": d.container_runtime if launch.in_container(d) else None, "image": d.image,
-            "pull": image.pull_reference(d), "pull_argv": image.pull_argv(d), "digest": d.image_digest, "repo_digest": image.repository_digest(d),
-            "retries": d.image_pull_retries, "delay": d.image_pull_delay, "tls_verify": d.image_tls_verify}
+    plan = {"runtime": d.container_runtime if launch.in_container(d) else None, "image": d.image,
+            "pull": image.pull_reference(d), "pull_argv": image.pull_argv(d), "digest": image.pinned_digest(d),
+            "repo_digest": image.repository_digest(d), "accepted_digests": image.accepted_digests(d),
+            "retries": d.image_pull_retries, "delay": d.image_pull_delay, "tls_verify": d.image_tls_verify, "strict": bool(d.strict)}
+    if inspect is not None:
+        plan["local"] = image.local_state(d, str(inspect))
+    return plan
 
 
 def hicache_runtime(variables, host):
@@ -118,8 +135,8 @@ def hicache_runtime(variables, host):
 
 def hicache_model(variables, host):
     d = _deployment(variables, host)
-    return {"source": d.model_source, "dir": d.model_dir, "repo": d.model_repo, "files": dict(d.model_files),
-            "stamp": f"{d.model_dir}/.hicache-downloaded" if d.model_dir else None}
+    return {"source": d.model_source, "dir": d.model_dir, "repo": d.model_repo, "revision": d.model_revision,
+            "files": dict(d.model_files), "strict": bool(d.strict)}
 
 
 def hicache_mount_state(mountinfo_text, plan):
@@ -128,7 +145,8 @@ def hicache_mount_state(mountinfo_text, plan):
     if not mount:
         return {"mounted": False, "problems": [], "read_ahead_path": None}
     entry = hoststate.mount_at(hoststate.parse_mountinfo(mountinfo_text), mount["point"])
-    problems = hoststate.compare_mount(entry, tuple(mount["options"].split(",")), mount["source"], mount["fstype"])
+    problems = hoststate.compare_mount(entry, tuple(mount["options"].split(",")), mount["source"], mount["fstype"],
+                                       mount.get("resolved_source"))
     return {"mounted": entry is not None, "problems": problems,
             "read_ahead_path": hoststate.bdi_read_ahead_path(entry) if entry is not None else None}
 
