@@ -439,18 +439,20 @@ def _new_run_id() -> str:
 
 
 def _release_locks_after(result, inv, run_id: str) -> None:
-    """A run cut short may leave its locks on hosts: release them (only this run's), or name them."""
+    """A run cut short, or a host that failed or was never reached (a stopped rollout), may keep this run's
+    lock: release them (only this run's), or name them."""
     from hicachectl import runner
 
-    if result.interrupted is None:
+    held = sorted(h for h, r in result.hosts.items() if not r.good)
+    if result.interrupted is None and not held:
         return
-    held = sorted(result.hosts)
+    held = sorted(result.hosts) if result.interrupted else held
     if not held:
         return
     released = runner.run_playbook("unlock.yml", inv.path, limit=",".join(held), hosts=held, extravars={"__hicache_run_id": run_id})
     for host in held:
         outcome = released.hosts[host]
-        if outcome.status == "ok":
+        if outcome.good:
             result.hosts[host].notes.append(f"released the deploy lock of run {run_id} (if it held one)")
         else:
             why = "; ".join(outcome.reasons) or outcome.status

@@ -52,7 +52,7 @@ class HostResult:
     skipped: int = 0
     unreachable: bool = False
     interrupted: bool = False
-    reached: bool = False  # an event of this run named the host
+    reached: bool = False  # an event of the run's last play named the host
     reasons: list[str] = dataclasses.field(default_factory=list)
     changes: list[Change] = dataclasses.field(default_factory=list)
     gaps: list[Record] = dataclasses.field(default_factory=list)
@@ -115,6 +115,7 @@ class _Collector:
         self.progress = progress
         self.running: dict[tuple[str, str], threading.Timer] = {}
         self.finished = False  # the final stats event arrived
+        self.play = ""  # the play under way
 
     def host(self, name: str) -> HostResult:
         return self.hosts.setdefault(name, HostResult(name))
@@ -127,7 +128,16 @@ class _Collector:
         res = data.get("res") or {}
         if host_name and kind.startswith("runner_on_") and kind != "runner_on_start" and (host_name, task) in self.running:
             self.running.pop((host_name, task)).cancel()
-        if host_name and kind.startswith("runner_") and not data.get("delegated_host"):
+        if kind == "playbook_on_play_start":
+            # "reached" means reached by the last play (the one that does the work): a host that an earlier play
+            # (validate, lock and pull) saw but a stopped rollout never deployed is "not run", not ok. With
+            # serial, ansible-runner repeats a play's uuid with a _N suffix per batch: the same play.
+            play = str(data.get("play_uuid", "")).split("_")[0]
+            if play != self.play:
+                self.play = play
+                for host in self.hosts.values():
+                    host.reached = False
+        if host_name and kind.startswith("runner_"):
             self.host(host_name).reached = True
         if kind == "playbook_on_stats":
             self.finished = True
@@ -142,7 +152,7 @@ class _Collector:
                 self.host(host_name).notes.append(str(res["hicache_note"]))
             for gap in res.get("hicache_gaps") or []:
                 self.host(host_name).gaps.append(Record(task, str(gap)))
-            if isinstance(res.get("ansible_facts"), dict) and not data.get("delegated_host"):
+            if isinstance(res.get("ansible_facts"), dict):
                 self.host(host_name).facts.update(res["ansible_facts"])
             if res.get("changed") and "results" not in res:
                 self.host(host_name).changes.append(Change(task, _item_label(res) if kind == "runner_item_on_ok" else None, _diffs(res)))
