@@ -68,15 +68,18 @@ def test_plan_shows_the_planned_files_and_touches_nothing(tmp_path, base):
     inventory = tmp_path / "inv"
     cli("init", "--profile", "local", "--hosts", "localhost", "--out", str(inventory), check_rc=0)
     group_vars = inventory / "group_vars/all.yml"
-    group_vars.write_text(group_vars.read_text() + f"\nhicache_base_dir: {base}\nhicache_cache_dir: {base}/l3\n")
+    settings = yaml.safe_load(group_vars.read_text()) | {"hicache_base_dir": str(base), "hicache_cache_dir": f"{base}/l3"}
+    group_vars.write_text(yaml.safe_dump(settings))  # a key written twice would be refused
     proc = cli("plan", "--inventory", str(inventory), check_rc=0)
     assert "localhost: would change: Install start.sh, run.sh, serve.sh and the backend config [start.sh]" in proc.stdout
     assert "+  --hicache-storage-backend file" in proc.stdout
-    assert re.search(r"^localhost\s+would change\s+\d+\s+\d+\s+0\s", proc.stdout, re.M), proc.stdout
+    # No GPU and no container engine here: the local profile tolerates it, so localhost is degraded, never ok.
+    assert re.search(r"^localhost\s+degraded\s+\d+\s+\d+\s+0\s.*gpus: ", proc.stdout, re.M), proc.stdout
     assert not base.exists()
     report = cli_json("plan", "--inventory", str(inventory), "--no-diff")
     host = report["hosts"]["localhost"]
-    assert report["ok"] and report["check"] and host["status"] == "changed"
+    assert report["ok"] and report["check"] and host["status"] == "degraded" and host["changed"] > 0
+    assert any(g["reason"].startswith("gpus: ") for g in host["gaps"]), host["gaps"]
     planned = {(c["task"], c["item"]) for c in host["changes"]}
     assert {("Create the L3 directory", None), ("Create the config directory", None),
             ("Install start.sh, run.sh, serve.sh and the backend config", "start.sh"), ("Install start.sh, run.sh, serve.sh and the backend config", "run.sh")} <= planned
