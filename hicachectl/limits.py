@@ -7,8 +7,19 @@ SYSCTL_FILE = "/etc/sysctl.d/90-hicache.conf"
 DROPIN_NAME = "90-hicache-memlock.conf"
 
 
+def _field(value) -> str:
+    """A value written into a line of limits.conf, a drop-in or sysctl.d: the rules refuse anything but one line of
+    printable text first (the catalogue's domains); one that gets here anyway is a bug, never written."""
+    text = str(value)
+    if not text.strip() or any(ord(c) < 32 or ord(c) == 127 or c in "\x85\u2028\u2029" for c in text):
+        raise ValueError(f"{text!r} cannot be written as one field of a line")
+    return text
+
+
 def limits_conf(d) -> str:
-    value = d.limits_memlock
+    value = _field(d.limits_memlock)
+    if value != "unlimited" and not value.isdigit():
+        raise ValueError(f"memlock {value!r} is neither unlimited nor a number of KiB")
     # pam_limits' wildcard does not apply to root, and the servers run as root.
     return ("# Managed by hicache-deploy: HiCache pins its host pool (cudaHostRegister).\n"
             + "".join(f"{who} {kind} memlock {value}\n" for who in ("*", "root") for kind in ("soft", "hard")))
@@ -31,4 +42,4 @@ def runtime_dropin(d) -> str:
 def sysctl_conf(d) -> str | None:
     if not d.host_sysctls:
         return None
-    return "# Managed by hicache-deploy.\n" + "".join(f"{k} = {v}\n" for k, v in d.host_sysctls.items())
+    return "# Managed by hicache-deploy.\n" + "".join(f"{_field(k)} = {_field(v)}\n" for k, v in d.host_sysctls.items())

@@ -14,6 +14,7 @@ import ipaddress
 import math
 import posixpath
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -32,10 +33,16 @@ class Finding:
     message: str
     fix: str
 
-    def format(self, inventory: str = "") -> str:
+    def format(self, inventory: str = "", hosts: list[str] | None = None) -> str:
+        """One line; with `hosts` (group_findings), the same finding on all of them, named compactly."""
         where = f"inventory {inventory}, " if inventory else ""
-        return (f"{self.level.upper()} [{self.rule}] {where}host {self.host}, {self.variable}: "
+        who = f"host {self.host}" if not hosts or len(hosts) < 2 else f"{len(hosts)} hosts {compact_hosts(hosts)}"
+        return (f"{self.level.upper()} [{self.rule}] {where}{who}, {self.variable}: "
                 f"{self.message} Fix: {self.fix}")
+
+    def key(self) -> tuple[str, str, str, str, str]:
+        """What makes two hosts' findings the same finding."""
+        return self.level, self.variable, self.rule, self.message, self.fix
 
     def as_dict(self) -> dict[str, str]:
         return dataclasses.asdict(self)
@@ -59,11 +66,92 @@ def has_errors(findings: Iterable[Finding]) -> bool:
 
 def check_host(host: str, raw: Mapping[str, Any]) -> tuple[Any, list[Finding]]:
     """Both passes for one host: (deployment or None when the variables are unusable, findings)."""
-    findings = check_variables(host, raw)
+    findings = _check_host_name(host) + check_variables(host, raw)
     if has_errors(findings):
         return None, findings
     deployment = build(host, raw)
     return deployment, findings + check_deployment(deployment)
+
+
+# --- the fleet: what no single host shows --------------------------------------------------------
+
+def _machine(host: str, connection: Mapping[str, Any]) -> tuple[str, str]:
+    """Where Ansible reaches a host: (address, SSH port); every local connection is this machine."""
+    if str(connection.get("ansible_connection") or "") == "local":
+        return "this machine (ansible_connection: local)", ""
+    address = str(connection.get("ansible_host") or host).strip().lower().rstrip(".")
+    return address, str(connection.get("ansible_port") or 22)
+
+
+def check_fleet(hosts: Mapping[str, Mapping[str, Any]], connections: Mapping[str, Mapping[str, Any]] | None = None) -> list[Finding]:
+    """Findings across the hosts of one inventory, once per run: two inventory hosts Ansible reaches at the same
+    address and port are one machine, which would get the same unit, container, server port and deploy lock twice.
+
+    `hosts` maps each host to its variables; how it is reached (ansible_host, ansible_port, ansible_connection)
+    is read from `connections[host]` when given, else from the variables; a host without ansible_host is reached by its name.
+    """
+    machines: dict[tuple[str, str], list[str]] = {}
+    for host, variables in hosts.items():
+        connection = {k: v for k, v in variables.items() if k.startswith("ansible_")}
+        connection.update((connections or {}).get(host) or {})
+        machines.setdefault(_machine(host, connection), []).append(host)
+    findings = []
+    for (address, port), names in machines.items():
+        if len(names) < 2:
+            continue
+        where = address if not port else f"{address}, port {port}"
+        for host in names:
+            findings.append(Finding(
+                ERROR, host, "ansible_host", "duplicate-host",
+                f"{len(names)} hosts ({compact_hosts(names)}) are all reached at {where}: one machine, which would get the same unit, "
+                "container, server port and deploy lock twice.",
+                f"give each of {compact_hosts(names)} its own ansible_host (or ansible_port), or keep only one of them."))
+    return findings
+
+
+# --- fleet-sized output ---------------------------------------------------------------------------
+
+def group_findings(findings: Iterable[Finding]) -> list[tuple[Finding, list[str]]]:
+    """The same finding on many hosts once: (the first host's finding, every host that has it), in order of first
+    appearance. `Finding.format(inventory, hosts)` prints a group on one line."""
+    groups: dict[tuple, tuple[Finding, list[str]]] = {}
+    for finding in findings:
+        group = groups.setdefault(finding.key(), (finding, []))
+        if finding.host not in group[1]:
+            group[1].append(finding.host)
+    return list(groups.values())
+
+
+_NUMBERED = re.compile(r"^(.*?)(\d+)$")
+
+
+def compact_hosts(hosts: Iterable[str], limit: int = 6) -> str:
+    """Host names, numbered runs folded as Ansible writes them (b200-[01:16]); beyond `limit` parts, a count of the rest."""
+    parts: list[str] = []
+    runs: list[tuple[str, int, int, int]] = []  # prefix, width, first, last
+    for name in hosts:
+        match = _NUMBERED.match(name)
+        if match:
+            prefix, digits = match.groups()
+            width, number = len(digits), int(digits)
+            if runs and runs[-1][0] == prefix and runs[-1][1] == width and runs[-1][3] + 1 == number:
+                runs[-1] = (prefix, width, runs[-1][2], number)
+                continue
+            runs.append((prefix, width, number, number))
+            parts.append(f"\0{len(runs) - 1}")
+        else:
+            parts.append(name)
+
+    def shown(part: str) -> str:
+        if not part.startswith("\0"):
+            return part
+        prefix, width, first, last = runs[int(part[1:])]
+        if first == last:
+            return f"{prefix}{first:0{width}d}"
+        return f"{prefix}[{first:0{width}d}:{last:0{width}d}]"
+
+    text = ", ".join(shown(p) for p in parts[:limit])
+    return text + (f" and {len(parts) - limit} more" if len(parts) > limit else "")
 
 
 # --- pass 1: the variables themselves -------------------------------------------------------------
@@ -83,6 +171,86 @@ def _type_ok(kind: str, value: Any) -> bool:
     if kind == "float":
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     return isinstance(value, {"str": str, "list": list, "dict": dict}[kind])
+
+
+def _char_name(char: str) -> str:
+    names = {"\n": "a line feed (\\n)", "\r": "a carriage return (\\r)", "\t": "a tab (\\t)", "\x00": "a NUL byte",
+             "\x1b": "an escape character (ESC)", "\u2028": "a line separator (U+2028)", "\u2029": "a paragraph separator (U+2029)"}
+    if char in names:
+        return names[char]
+    if unicodedata.category(char) == "Cf":
+        return f"an invisible format character (U+{ord(char):04X})"
+    return f"the control character U+{ord(char):04X}"
+
+
+def _control_characters(out, path: str, text: str) -> None:
+    found = [(i, c) for i, c in schema.refused_characters(text) if c not in _SUSPECT_CHARS]
+    if found:
+        i, char = found[0]
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        out.error(path, "control-character",
+                  f"contains {_char_name(char)} at position {i}{more}. The value is written into line-oriented files (systemd unit, "
+                  "env file, script, fstab, sysctl.d, modprobe.d, nfs.conf, limits.conf), where it would end a line and start one of "
+                  "its own, or hide what the value is.",
+                  "write the value on one line, without control or invisible characters.")
+
+
+def _shown(value: Any, secret: bool) -> str:
+    if secret:
+        return "the value"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _domain_text(dom) -> str:
+    if dom.choices and len(dom.choices) <= 16:
+        return f"{dom.text} (one of {', '.join(map(str, dom.choices))})"
+    return dom.text
+
+
+def _type_words(kinds: tuple[str, ...]) -> str:
+    return " or ".join(_TYPE_WORDS[k] for k in kinds)
+
+
+def _check_domain(out, path: str, dom, value: Any, secret: bool) -> None:
+    """Findings for a value outside its catalogue domain (schema.Domain), down into list items and mapping keys/values."""
+    if isinstance(value, list):
+        if len(value) < dom.min_items:
+            out.error(path, dom.rule, f"has {len(value)} item(s); it needs at least {dom.min_items}.", f"give {dom.text}, e.g. {dom.example!r}.")
+        for i, item in enumerate(value):
+            _check_member(out, f"{path}[{i}]", dom, item, secret)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            sub = f"{path}.{key}"
+            if dom.keys is not None:
+                if not isinstance(key, str):
+                    out.error(sub, "type", f"the key {key!r} is {type(key).__name__}; keys are text.", f"quote the key: '{key}'.")
+                    continue
+                problem = dom.keys.problem(key)
+                if problem:
+                    out.error(sub, dom.keys.rule, f"the key {key!r} {problem}: it must be {_domain_text(dom.keys)}.",
+                              f"rename it to {_domain_text(dom.keys)}, e.g. {dom.keys.example!r}.")
+            _check_member(out, sub, dom, item, secret)
+    else:
+        problem = dom.problem(value)
+        if problem:
+            out.error(path, dom.rule, f"{_shown(value, secret)} {problem}: it must be {_domain_text(dom)}.",
+                      f"use {_domain_text(dom)}, e.g. {dom.example!r}.")
+
+
+def _check_member(out, path: str, dom, item: Any, secret: bool) -> None:
+    if dom.item_types and (item is None or not any(_type_ok(k, item) for k in dom.item_types)):
+        out.error(path, "type", f"is {type(item).__name__} {_shown(item, secret)}; it must be {_type_words(dom.item_types)}.",
+                  f"give {_type_words(dom.item_types)}, e.g. {(dom.items.example if dom.items else dom.example)!r}.")
+    elif dom.items is not None:
+        _check_domain(out, path, dom.items, item, secret)
+
+
+def _check_host_name(host: str) -> list[Finding]:
+    """The inventory's host name is written into the header of every script; it must be one line too."""
+    out = _Collector(host.encode("unicode_escape").decode() if schema.refused_characters(host) else host)
+    _control_characters(out, "inventory_hostname", host)
+    return out.findings
 
 
 def _strings(value: Any, path: str) -> Iterable[tuple[str, str]]:
@@ -110,10 +278,13 @@ def check_variables(host: str, raw: Mapping[str, Any]) -> list[Finding]:
             continue
         if value is None:
             continue
+        before = len(out.findings)
         if not _type_ok(var.type, value):
             hint = ""
             if var.type in ("bool", "int", "float") and isinstance(value, str):
                 hint = " Write it without quotes."
+            elif var.type == "str" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                hint = f" Quote it: '{value}'."
             out.error(name, "type", f"is {type(value).__name__} {value!r}, expected {_TYPE_WORDS[var.type]}.",
                       f"give {_TYPE_WORDS[var.type]}.{hint}")
             continue
@@ -127,8 +298,9 @@ def check_variables(host: str, raw: Mapping[str, Any]) -> list[Finding]:
                     out.error(path, "pasted-character",
                               f"contains {what}, usually copied from a web page; shells and parsers do not treat it as the character it looks like.",
                               "retype the value with plain ASCII spaces, dashes and quotes.")
-            if "\x00" in text:
-                out.error(path, "nul-byte", "contains a NUL byte, which cannot pass through argv or env.", "remove it.")
+            _control_characters(out, path, text)
+        if var.domain is not None and not has_errors(out.findings[before:]):
+            _check_domain(out, name, var.domain, value, getattr(var, "secret", False))
     for var in schema.VARIABLES:
         if var.required and raw.get(var.name) is None:
             out.error(var.name, "required", "is not set.", f"set {var.name} ({var.doc})")
@@ -165,14 +337,8 @@ def _image_pinned(d, out):
 
 @rule
 def _image_source(d, out):
-    from hicachectl.image import valid_digest
-
-    if d.image_digest and not valid_digest(d.image_digest):
-        out.error("hicache_image_digest", "image-digest", f"{d.image_digest!r} is not sha256: and 64 hex digits.", "copy the digest from `docker buildx imagetools inspect` or the registry.")
     if (d.image_mirror or d.image_digest) and d.container_runtime == "none":
         out.error("hicache_image_mirror" if d.image_mirror else "hicache_image_digest", "no-container", "there is no image to pull with hicache_container_runtime: none.", "remove it.")
-    if d.image_pull_retries < 1 or d.image_pull_delay < 0:
-        out.error("hicache_image_pull_retries", "range", "retries must be at least 1 and the delay not negative.", "use e.g. 5 retries, 10 s apart.")
 
 
 @rule
@@ -181,9 +347,9 @@ def _model_source(d, out):
         out.error("hicache_model_dir", "model-dir-required", f"hicache_model_source {d.model_source} needs a directory for the weights.", "set hicache_model_dir (mounted at hicache_model_path).")
     if d.model_source == "hub" and not d.model_repo:
         out.error("hicache_model_repo", "model-repo-required", "is needed to download from the hub.", "set it, e.g. Qwen/Qwen3-8B.")
-    for name, digest in d.model_files.items():
-        if not (isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{64}", digest)):
-            out.error(f"hicache_model_files.{name}", "model-file-digest", "is not a sha256 hex digest.", "give the file's sha256sum.")
+    if d.model_dir and not re.fullmatch(r"/[^:]*", d.model_path):
+        out.error("hicache_model_path", "mount-path", f"{d.model_path!r} is where hicache_model_dir is mounted in the container (-v DIR:PATH:ro), "
+                  "so it must be an absolute path without ':'.", "use a container path such as /models/weights, or remove hicache_model_dir.")
 
 
 @rule
@@ -216,20 +382,25 @@ def _served_name(d, out):
 
 
 @rule
-def _positive_sizes(d, out):
-    for name, low in (("tp_size", 1), ("pp_size", 1), ("dp_size", 1), ("attn_cp_size", 1), ("page_size", 1),
-                      ("context_length", 1), ("max_running_requests", 1), ("size_gb", 1)):
-        value = getattr(d, name)
-        if value is not None and value < low:
-            out.error(PREFIX + name, "range", f"is {value}; it must be at least {low}.", f"set it to {low} or more, or remove it.")
-    if d.port is not None and not 1 <= d.port <= 65535:
-        out.error("hicache_port", "range", f"{d.port} is not a TCP port.", "use a port from 1 to 65535.")
-    if d.mem_fraction_static is not None and not 0 < d.mem_fraction_static < 1:
-        out.error("hicache_mem_fraction_static", "range", f"{d.mem_fraction_static} is outside (0, 1).", "use e.g. 0.85.")
-    if d.host_memory_fraction is not None and not 0 < d.host_memory_fraction <= 1:
-        out.error("hicache_host_memory_fraction", "range", f"{d.host_memory_fraction} is outside (0, 1]; SGLang refuses it.", "use a value in (0, 1], e.g. 0.8.")
-    if d.ratio is not None and d.ratio <= 0:
-        out.error("hicache_ratio", "range", f"{d.ratio} must be positive.", "use e.g. 2.")
+def _gpus(d, out):
+    """The container must get the GPUs its ranks need: TP x PP on one node (hicache_container_gpus, when it counts them)."""
+    if d.container_runtime not in ("docker", "podman"):
+        return
+    spec = d.container_gpus
+    try:
+        count = schema.docker_gpus(spec) if d.container_runtime == "docker" else schema.podman_gpus(spec)
+    except ValueError as exc:
+        example = '\'"device=0,1"\' (a device list in double quotes), a count such as \'8\', or all' if d.container_runtime == "docker" else "all, or GPU indices such as 0,1"
+        out.error("hicache_container_gpus", "container-gpus", f"{spec!r} {exc}; `{d.container_runtime} run --gpus` refuses it.", f"use {example}.")
+        return
+    tp, pp = d.tp_size or 1, d.pp_size or 1
+    need = tp * pp
+    if count is not None and count < need:
+        devices = ",".join(map(str, range(need)))
+        wanted = (f"'\"device={devices}\"'" if "device=" in spec else f"'{need}'") if d.container_runtime == "docker" else f"'{devices}'"
+        out.error("hicache_tp_size", "tp-gpus",
+                  f"TP {tp} x PP {pp} needs {need} GPUs, but hicache_container_gpus {spec!r} gives the container {count}; SGLang fails at start.",
+                  f"set hicache_container_gpus: {wanted} (or all), or lower hicache_tp_size x hicache_pp_size to at most {count}.")
 
 
 @rule
@@ -328,16 +499,8 @@ def _storage_backend_needs(d, out):
             out.error(PREFIX + name, "absolute-path", f"{value!r} is relative; it would depend on the directory a task runs in.", "give an absolute path.")
 
 
-_UNIT_SAFE_PATH = re.compile(r"^/[A-Za-z0-9/._+-]*$")
-
-
 @rule
 def _service(d, out):
-    for name in ("cfg_dir", "cache_dir"):
-        value = getattr(d, name)
-        if value and posixpath.isabs(value) and not _UNIT_SAFE_PATH.match(value):
-            out.error(PREFIX + name, "unit-safe-path", f"{value!r} appears in the systemd unit, where spaces, quotes, % and \\ change its meaning.",
-                      "use letters, digits and / . _ + - only.")
     if d.container_runtime == "none":
         if d.cache_container_dir and d.cache_container_dir != d.cache_dir:
             out.error("hicache_cache_container_dir", "no-container", "is set, but with hicache_container_runtime: none there is no container to map it into.",
@@ -345,8 +508,6 @@ def _service(d, out):
         if d.model_dir:
             out.error("hicache_model_dir", "no-container", "is mounted into the container, and hicache_container_runtime is none.",
                       "point hicache_model_path at the weights on the host and remove hicache_model_dir.")
-    if d.health_timeout < 1:
-        out.error("hicache_health_timeout", "range", f"{d.health_timeout} must be positive.", "use e.g. 1800 (big models load for 10+ minutes).")
 
 
 _EXTRA_CONFIG_EXTENSIONS = (".json", ".toml", ".yaml", ".yml")
@@ -357,8 +518,10 @@ def _extra_config_file(d, out):
     name = d.extra_config_file
     if name is None:
         return
-    if "/" in name or name in ("start.sh", "run.sh"):
-        out.error("hicache_extra_config_file", "extra-config-file", f"{name!r} must be a plain file name in the config directory.", "use e.g. nixl_backend_config.toml.")
+    reserved = ("start.sh", "run.sh", "serve.sh", "installed.json", "deployed.json", "secrets.env", f"{d.service_name}.service")
+    if "/" in name or name in reserved:
+        out.error("hicache_extra_config_file", "extra-config-file", f"{name!r} must be a plain file name in the config directory, other than {', '.join(reserved)}.",
+                  "use e.g. nixl_backend_config.toml.")
     ext = posixpath.splitext(name)[1].lower()
     if ext not in _EXTRA_CONFIG_EXTENSIONS:
         out.error("hicache_extra_config_file", "extra-config-file", f"SGLang reads only {', '.join(_EXTRA_CONFIG_EXTENSIONS)} files; {ext or 'no extension'} fails at start.",
@@ -547,20 +710,6 @@ def _working_set(d, out):
                  f"give the tier {-(-s.l3_capacity // sizing.GB)} GB or lower hicache_workload_prefixes.")
 
 
-@rule
-def _nic(d, out):
-    if d.nic_max_read_request is not None and (d.nic_max_read_request not in (128, 256, 512, 1024, 2048, 4096)):
-        out.error("hicache_nic_max_read_request", "range", f"{d.nic_max_read_request} is not a PCIe MaxReadReq size.", "use 128, 256, 512, 1024, 2048 or 4096.")
-    if not 576 <= d.nic_mtu <= 9978:
-        out.error("hicache_nic_mtu", "range", f"{d.nic_mtu} is outside what ConnectX ports take (576-9978).", "use 9000 for jumbo frames.")
-    for name in ("nic_pfc_priorities", "nic_ecn_priorities"):
-        bad = [p for p in getattr(d, name) if not (isinstance(p, int) and not isinstance(p, bool) and 0 <= p <= 7)]
-        if bad:
-            out.error(PREFIX + name, "range", f"{bad} are not priorities 0-7.", "list priorities from 0 to 7, e.g. [3].")
-    if d.nic_rings < 1 or (d.nic_channels is not None and d.nic_channels < 1):
-        out.error("hicache_nic_rings", "range", "ring and channel counts must be positive.", "use e.g. 8192 rings.")
-
-
 # --- storage -------------------------------------------------------------------------------------
 
 def remote_port_count(spec: str | None) -> int | None:
@@ -628,3 +777,9 @@ def _vast(d, out):
             out.warn("hicache_storage_nconnect", "nconnect-link", f"{nconnect} is below VAST's RDMA guidance of 2 per 100 Gb/s ({low} for {d.storage_link_gbps} Gb/s).", f"use at least {low}.")
         elif nconnect > high:
             out.warn("hicache_storage_nconnect", "nconnect-link", f"{nconnect} is above even VAST's TCP guidance of 8 per 100 Gb/s ({high} for {d.storage_link_gbps} Gb/s).", f"use at most {high}.")
+
+
+# Secrets (hicache_secret_keys, env-file values, keys that look secret): hicachectl/secrets.py.
+from hicachectl import secrets as _secrets  # noqa: E402
+
+rule(_secrets.check)

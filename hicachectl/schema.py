@@ -7,13 +7,176 @@ generated from here (`python -m hicachectl.schema --write`; a test fails when th
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import ipaddress
+import re
+import unicodedata
+from collections.abc import Callable
 from typing import Any
 
 # SGLang versions whose HiCache flags this catalogue was checked against (see reference §2).
 SGLANG_VERSIONS = ("0.5.20", "0.5.21", "0.5.22", "0.5.23")
 
 NO_DEFAULT = object()
+
+
+@dataclasses.dataclass(frozen=True)
+class Domain:
+    """The values a variable may take beyond its type; `rules.check_variables` enforces it, the README shows it.
+
+    A number is held to `low`/`high` (open ends with `low_open`/`high_open`), a string to `pattern` (a full
+    match) or `choices`, and `check` (a predicate) when a pattern cannot say it. A list holds `items` (each
+    element of the types `item_types`, at least `min_items`), a mapping `keys` and `items` (its values).
+    `example` lies inside the domain: the fix of every finding suggests it.
+    """
+
+    text: str
+    example: Any
+    rule: str = "domain"
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    pattern: str | None = None
+    choices: tuple | None = None
+    check: Callable[[Any], bool] | None = None
+    items: Domain | None = None
+    keys: Domain | None = None
+    item_types: tuple[str, ...] | None = None
+    min_items: int = 0
+
+    def problem(self, value: Any) -> str | None:
+        """Why a single value (not a list or mapping) is outside the domain; None when it is inside."""
+        if isinstance(value, bool):
+            return None
+        if isinstance(value, (int, float)):
+            if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
+                return "is below the range"
+            if self.high is not None and (value > self.high or (self.high_open and value == self.high)):
+                return "is above the range"
+            if self.choices is not None and value not in self.choices:
+                return "is not one of the values allowed"
+            return None
+        if isinstance(value, str):
+            if self.pattern is not None and not re.fullmatch(self.pattern, value, re.ASCII):
+                return "does not have the form required"
+            if self.choices is not None and value not in self.choices:
+                return "is not one of the values allowed"
+            if self.check is not None and not self.check(value):
+                return "does not have the form required"
+        return None
+
+
+# Characters refused in every string that reaches a host, whatever the variable: C0/C1 controls (newline, CR,
+# tab, NUL, ESC...), Unicode line and paragraph separators, and invisible format characters (bidi overrides,
+# zero-width). Each of them either ends a line of a line-oriented file (unit, env file, fstab, sysctl.d,
+# modprobe.d, nfs.conf, limits.conf, a script) or hides what the value really is. No variable holds multi-line text.
+REFUSED_CATEGORIES = ("Cc", "Cf", "Zl", "Zp")
+
+
+def refused_characters(text: str) -> list[tuple[int, str]]:
+    """(position, character) of every refused character of `text` (see REFUSED_CATEGORIES)."""
+    return [(i, c) for i, c in enumerate(text) if unicodedata.category(c) in REFUSED_CATEGORIES]
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+_HOSTNAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?", re.ASCII)
+
+
+def is_address(text: str) -> bool:
+    """An IP address or a DNS host name."""
+    return _is_ip(text) or bool(_HOSTNAME.fullmatch(text))
+
+
+def is_nfs_server(text: str) -> bool:
+    """What may stand before ':' in an NFS source: a host name, an IPv4 address, an IPv6 address in brackets."""
+    if text.startswith("[") and text.endswith("]"):
+        return ":" in text and _is_ip(text[1:-1])
+    return ":" not in text and is_address(text)
+
+
+_INTERFACE = re.compile(r"(?!\.\.?$)[A-Za-z0-9_.@+-]{1,15}", re.ASCII)  # the kernel's dev_valid_name, in ASCII
+
+
+def is_interface_or_ip(text: str) -> bool:
+    return _is_ip(text) or bool(_INTERFACE.fullmatch(text))
+
+
+# The Docker/OCI image reference grammar (distribution/reference): [registry[:port]/]path[:tag][@digest].
+_DOMAIN_COMPONENT = r"(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])"
+REGISTRY = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9A-Fa-f:]+\])(?::[0-9]{{1,5}})?"
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_REFERENCE = (rf"(?:{REGISTRY}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+                   r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?")
+DIGEST = r"sha256:[0-9a-f]{64}"
+
+
+def docker_gpus(spec: str) -> int | None:
+    """GPUs `docker run --gpus SPEC` gives the container (None: all of the host's), as Docker's GpuOpts.Set
+    reads it: CSV fields `all`/`N`/`count=`/`device=`/`capabilities=`/`driver=`/`options=`, a device list with
+    commas quoted as one CSV field ('"device=0,1"'); no count and no device means 1. ValueError when Docker refuses it."""
+    fields = next(csv.reader([spec]), [])
+    if not fields:
+        raise ValueError("is empty")
+    seen: set[str] = set()
+    count: int | None = 1
+    devices: list[str] | None = None
+    counted = False
+    for field in fields:
+        key, has_value, value = field.partition("=")
+        if not has_value:
+            key, value = "count", field
+        if key in seen:
+            raise ValueError(f"names {key} twice (an unquoted device list with commas is read as a count)")
+        seen.add(key)
+        if key == "count":
+            counted = True
+            if value == "all":
+                count = None
+            elif value.isdigit() and int(value) > 0:
+                count = int(value)
+            else:
+                raise ValueError(f"has count {value!r}, which is neither all nor a positive number")
+        elif key == "device":
+            devices = [v for v in value.split(",") if v]
+            if not devices:
+                raise ValueError("names no device")
+        elif key not in ("capabilities", "driver", "options"):
+            raise ValueError(f"has the key {key!r}, which Docker does not know")
+    if counted and devices is not None:
+        raise ValueError("sets both a count and devices, which Docker refuses")
+    return len(devices) if devices is not None else count
+
+
+def podman_gpus(spec: str) -> int | None:
+    """GPUs `podman run --gpus SPEC` gives (each comma-separated entry becomes the CDI device nvidia.com/gpu=ENTRY)."""
+    entries = spec.split(",")
+    if any(not re.fullmatch(r"[A-Za-z0-9-]+", e, re.ASCII) for e in entries):
+        raise ValueError("is not all or a comma-separated list of GPU indices or UUIDs")
+    return None if "all" in entries else len(entries)
+
+
+POSITIVE = Domain("an integer of at least 1", 1, "range", low=1)
+NON_NEGATIVE = Domain("an integer of at least 0", 0, "range", low=0)
+PORT = Domain("a TCP port, 1-65535", 30000, "range", low=1, high=65535)
+PERCENT = Domain("a percentage, 0-100", 100, "range", low=0, high=100)
+UNIT_PATH = "an absolute path of letters, digits and / . _ + - only (it is written into the systemd unit{})"
+_UNIT_PATH = r"/[A-Za-z0-9/._+-]*"
+MOUNT_PATH = Domain("an absolute path without ':' (it is mounted with -v DIR:PATH)", "/models/weights", "mount-path", pattern=r"/[^:]*")
+ONE_LINE = r"\S(?:.*\S)?"  # not empty, no leading or trailing blanks (control characters are refused everywhere)
+NON_EMPTY = Domain("a non-empty value without leading or trailing spaces", "value", "non-empty", pattern=ONE_LINE)
+WORD = Domain("a non-empty word", "word", "non-empty", pattern=r"(?s).+")
+ULIMITS = ("core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile", "nproc", "rss", "rtprio",
+           "rttime", "sigpending", "stack")
+UNIT_STEM = r"[A-Za-z0-9_.][A-Za-z0-9_.-]{0,246}"  # systemd unit name characters, without its \\x escapes and ':'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +189,8 @@ class Var:
     role: str = "sglang_server"
     min_sglang: str | None = None  # first SGLang version that knows the flag or value
     flag: str | None = None  # the SGLang flag this variable renders, if any
+    domain: Domain | None = None  # the values it may take beyond its type (None: its type, or choices, says it all)
+    secret: bool = False  # never shown: masked in every output, argument_specs' no_log (see hicachectl/secrets.py)
 
     @property
     def required(self) -> bool:
@@ -38,58 +203,90 @@ def _v(*args, **kwargs) -> Var:
 
 VARIABLES: tuple[Var, ...] = (
     # --- where things live on the host -------------------------------------------------------
-    _v("hicache_base_dir", "str", "/opt/sglang-hicache", "Working directory on the host; holds cfg/ by default."),
-    _v("hicache_cfg_dir", "str", None, "Host directory for start.sh and backend config (default: <base_dir>/cfg). Mounted read-only at /cfg."),
-    _v("hicache_model_dir", "str", None, "Host directory with the model weights, mounted read-only at hicache_model_path. None: no mount (hub id)."),
-    _v("hicache_cache_dir", "str", None, "Host directory of the L3 tier (the storage mount point). Required for the file and nixl backends."),
-    _v("hicache_cache_container_dir", "str", None, "Where the L3 directory appears inside the container (default: same path as on the host)."),
+    _v("hicache_base_dir", "str", "/opt/sglang-hicache", "Working directory on the host; holds cfg/ by default.",
+       domain=Domain(UNIT_PATH.format(" as the parent of the config directory"), "/opt/sglang-hicache", "unit-safe-path", pattern=_UNIT_PATH)),
+    _v("hicache_cfg_dir", "str", None, "Host directory for start.sh and backend config (default: <base_dir>/cfg). Mounted read-only at /cfg.",
+       domain=Domain(UNIT_PATH.format(""), "/opt/sglang-hicache/cfg", "unit-safe-path", pattern=_UNIT_PATH)),
+    _v("hicache_model_dir", "str", None, "Host directory with the model weights, mounted read-only at hicache_model_path. None: no mount (hub id).", domain=MOUNT_PATH),
+    _v("hicache_cache_dir", "str", None, "Host directory of the L3 tier (the storage mount point). Required for the file and nixl backends.",
+       domain=Domain(UNIT_PATH.format(" and /etc/fstab"), "/mnt/kvcache", "unit-safe-path", pattern=_UNIT_PATH)),
+    _v("hicache_cache_container_dir", "str", None, "Where the L3 directory appears inside the container (default: same path as on the host).", domain=dataclasses.replace(MOUNT_PATH, example="/mnt/kvcache")),
     # --- the container ------------------------------------------------------------------------
-    _v("hicache_image", "str", NO_DEFAULT, "SGLang container image, pinned by tag or digest."),
+    _v("hicache_image", "str", NO_DEFAULT, "SGLang container image, pinned by tag or digest.",
+       domain=Domain("an image reference: [registry[:port]/]name[:tag][@sha256:digest], the name in lowercase", "lmsysorg/sglang:v0.5.20-cu130", "image-reference", pattern=IMAGE_REFERENCE)),
     _v("hicache_sglang_version", "str", None, "SGLang version inside the image; read from the image tag (vX.Y.Z) when unset.", choices=SGLANG_VERSIONS),
-    _v("hicache_container_name", "str", "sglang-hicache", "Name of the server container."),
-    _v("hicache_image_mirror", "str", None, "Registry (host[:port]) to pull the image from instead of the one in its name; the image is tagged with its own name.", role="sglang_image"),
-    _v("hicache_image_digest", "str", None, "sha256:... the image must have; pulled by digest, anything else is refused.", role="sglang_image"),
-    _v("hicache_image_pull_retries", "int", 5, "Pull attempts before giving up (a registry can be briefly down).", role="sglang_image"),
-    _v("hicache_image_pull_delay", "int", 10, "Seconds between pull attempts.", role="sglang_image"),
+    _v("hicache_container_name", "str", "sglang-hicache", "Name of the server container.",
+       domain=Domain("a Docker container name: a letter or digit, then letters, digits and _ . -", "sglang-hicache", "container-name", pattern=r"[A-Za-z0-9][A-Za-z0-9_.-]*")),
+    _v("hicache_image_mirror", "str", None, "Registry (host[:port]) to pull the image from instead of the one in its name; the image is tagged with its own name.", role="sglang_image",
+       domain=Domain("a registry host[:port]", "registry.example.com:5000", "image-mirror", pattern=REGISTRY)),
+    _v("hicache_image_digest", "str", None, "sha256:... the image must have; pulled by digest, anything else is refused.", role="sglang_image",
+       domain=Domain("sha256: and 64 lowercase hex digits", "sha256:" + "0" * 64, "image-digest", pattern=DIGEST)),
+    _v("hicache_image_pull_retries", "int", 5, "Pull attempts before giving up (a registry can be briefly down).", role="sglang_image", domain=Domain("an integer from 1 to 100", 5, "range", low=1, high=100)),
+    _v("hicache_image_pull_delay", "int", 10, "Seconds between pull attempts.", role="sglang_image", domain=Domain("seconds, 0-3600", 10, "range", low=0, high=3600)),
     _v("hicache_image_tls_verify", "bool", True, "Verify the registry's TLS certificate (podman's --tls-verify).", role="sglang_image"),
     _v("hicache_container_runtime", "str", "docker", "Container CLI on the host; none runs start.sh on the host itself (as the NetApp document does).",
        choices=("docker", "podman", "none")),
-    _v("hicache_container_gpus", "str", "all", "Value of --gpus for the container."),
-    _v("hicache_container_ulimits", "dict", {"memlock": -1, "stack": 67108864}, "--ulimit values (memlock -1 = unlimited; stack in bytes)."),
-    _v("hicache_container_env", "dict", {}, "Extra environment for the container (e.g. SAFETENSORS_FAST_GPU: '1'); the backend's own variables are added for you."),
-    _v("hicache_container_seccomp", "str", None, "--security-opt seccomp=...: a profile path, or unconfined; None keeps the runtime's default (Docker's blocks io_uring).", role="container_runtime"),
-    _v("hicache_container_extra_args", "list", [], "Extra arguments for `docker run`, placed before the image."),
-    _v("hicache_launcher", "list", ["python3", "-m", "sglang.launch_server"], "Command that start.sh execs, before the SGLang flags."),
+    _v("hicache_container_gpus", "str", "all", "Value of --gpus for the container.",
+       domain=Domain('Docker: all, a count, or "device=0,1" (the double quotes are part of the value when it lists several); Podman: all or 0,1', "all", "container-gpus", pattern=r'[A-Za-z0-9=,"._:-]+')),
+    _v("hicache_container_ulimits", "dict", {"memlock": -1, "stack": 67108864}, "--ulimit values (memlock -1 = unlimited; stack in bytes).",
+       domain=Domain("ulimit names mapped to integers (-1: unlimited)", {"memlock": -1}, "ulimit",
+              keys=Domain("a ulimit name", "memlock", "ulimit", choices=ULIMITS), items=Domain("an integer of at least -1 (-1: unlimited)", -1, "ulimit", low=-1), item_types=("int",))),
+    _v("hicache_container_env", "dict", {}, "Extra environment for the container (e.g. SAFETENSORS_FAST_GPU: '1'); the backend's own variables are added for you.",
+       domain=Domain("environment variable names mapped to values on one line", {"SAFETENSORS_FAST_GPU": "1"}, "env-name",
+              keys=Domain("an environment variable name: letters, digits and _, not starting with a digit", "SAFETENSORS_FAST_GPU", "env-name", pattern=r"[A-Za-z_][A-Za-z0-9_]*"),
+              item_types=("str", "int", "float", "bool"))),
+    _v("hicache_container_seccomp", "str", None, "--security-opt seccomp=...: a profile path, or unconfined; None keeps the runtime's default (Docker's blocks io_uring).", role="container_runtime",
+       domain=Domain("unconfined, or the absolute path of a seccomp profile on the host", "unconfined", "seccomp", pattern=r"unconfined|/[^\s,]+")),
+    _v("hicache_container_extra_args", "list", [], "Extra arguments for `docker run`, placed before the image.",
+       domain=Domain("words (strings or numbers)", ["--shm-size", "32g"], "type", item_types=("str", "int", "float"))),
+    _v("hicache_secret_keys", "list", [], "Keys of hicache_container_env and of hicache_extra_config (at any depth) whose values are secrets, e.g. "
+       "[HF_TOKEN, secret_key]. Secret env reaches the server only through cfg/secrets.env (mode 0600, `--env-file`; read by serve.sh with runtime "
+       "none), an extra config holding a secret is written to a 0600 file (hicache_extra_config_file, default extra_config.json), never start.sh "
+       "or argv; every output shows them as ********. hicache_model_hub_token is always secret. validate warns about keys that look secret "
+       "(TOKEN, SECRET, PASSWORD, KEY, CREDENTIAL) and are not listed.", domain=Domain("key names", ["HF_TOKEN"], "non-empty", items=NON_EMPTY, item_types=("str",))),
+    _v("hicache_launcher", "list", ["python3", "-m", "sglang.launch_server"], "Command that start.sh execs, before the SGLang flags.",
+       domain=Domain("at least one non-empty word", ["python3", "-m", "sglang.launch_server"], "non-empty", items=WORD, item_types=("str",), min_items=1)),
     # --- the service -------------------------------------------------------------------------------
-    _v("hicache_service_name", "str", "sglang-hicache", "systemd unit that runs the server (serve.sh)."),
-    _v("hicache_serial", "int", 0, "Hosts per batch when a change rolls out (0: all at once); hicachectl passes it to the play.", role="site"),
-    _v("hicache_max_fail_percentage", "int", 100, "A batch with more failed hosts than this stops the rollout (upgrade uses 0).", role="site"),
-    _v("hicache_health_timeout", "int", 1800, "Seconds to wait for /health after a (re)start; big models load for 10+ minutes."),
+    _v("hicache_service_name", "str", "sglang-hicache", "systemd unit that runs the server (serve.sh).",
+       domain=Domain("a systemd unit name without .service: letters, digits and _ . -, not starting with -", "sglang-hicache", "unit-name", pattern=UNIT_STEM)),
+    _v("hicache_serial", "int", 0, "Hosts per batch when a change rolls out (0: all at once); hicachectl passes it to the play.", role="site", domain=NON_NEGATIVE),
+    _v("hicache_max_fail_percentage", "int", 100, "A batch with more failed hosts than this stops the rollout (upgrade uses 0).", role="site", domain=PERCENT),
+    _v("hicache_health_timeout", "int", 1800, "Seconds to wait for /health after a (re)start; big models load for 10+ minutes.", domain=Domain("seconds, at least 1", 1800, "range", low=1)),
     # --- SGLang: model and serving -------------------------------------------------------------
     _v("hicache_model_source", "str", None, "Where hicache_model_dir gets its weights: path (already there, checked) or hub (downloaded once); None: the server resolves hicache_model_path.",
        choices=("path", "hub"), role="model"),
-    _v("hicache_model_repo", "str", None, "Hub repository to download (hicache_model_source: hub), e.g. nvidia/Llama-4-Maverick-17B-128E-Instruct-FP8.", role="model"),
-    _v("hicache_model_revision", "str", None, "Hub revision of hicache_model_repo (branch, tag or commit; `hf download --revision`); None: the hub's default branch. A change downloads again.", role="model"),
-    _v("hicache_model_hub_token", "str", None, "Hub token for gated models; keep it in Ansible Vault. Passed to the download only through its environment, never logged.", role="model"),
-    _v("hicache_model_files", "dict", {}, "Files of the model (relative path: sha256) checked after download or on the shared path.", role="model"),
-    _v("hicache_model_path", "str", NO_DEFAULT, "--model-path as the server sees it (a path in the container or a hub id).", flag="--model-path"),
-    _v("hicache_served_model_name", "str", None, "--served-model-name; part of every L3 key, so keep it stable and without ':'.", flag="--served-model-name"),
-    _v("hicache_host", "str", None, "--host (SGLang default 127.0.0.1).", flag="--host"),
-    _v("hicache_port", "int", None, "--port (SGLang default 30000).", flag="--port"),
-    _v("hicache_tp_size", "int", None, "--tp-size (tensor parallel ranks).", flag="--tp-size"),
-    _v("hicache_pp_size", "int", None, "--pp-size (pipeline parallel).", flag="--pp-size"),
-    _v("hicache_dp_size", "int", None, "--dp-size (data parallel).", flag="--dp-size"),
-    _v("hicache_attn_cp_size", "int", None, "--attn-cp-size (attention context parallel).", flag="--attn-cp-size"),
+    _v("hicache_model_repo", "str", None, "Hub repository to download (hicache_model_source: hub), e.g. nvidia/Llama-4-Maverick-17B-128E-Instruct-FP8.", role="model",
+       domain=Domain("a hub repository id: [namespace/]name of letters, digits and - _ .", "Qwen/Qwen3-8B", "model-repo", pattern=r"(?:[A-Za-z0-9][A-Za-z0-9_.-]*/)?[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")),
+    _v("hicache_model_revision", "str", None, "Hub revision of hicache_model_repo (branch, tag or commit; `hf download --revision`); None: the hub's default branch. A change downloads again.", role="model",
+       domain=Domain("a branch, tag or commit: letters, digits and . _ / -, not starting with -", "main", "model-revision", pattern=r"[A-Za-z0-9_.][A-Za-z0-9._/-]*")),
+    _v("hicache_model_hub_token", "str", None, "Hub token for gated models; keep it in Ansible Vault. Passed to the download only through its environment, never logged.", role="model", secret=True,
+       domain=Domain("printable ASCII without spaces", "hf_example", "token-characters", pattern=r"[\x21-\x7e]+")),
+    _v("hicache_model_files", "dict", {}, "Files of the model (relative path: sha256) checked after download or on the shared path.", role="model",
+       domain=Domain("relative file paths mapped to sha256 digests", {"config.json": "0" * 64}, "model-file",
+              keys=Domain("a relative path inside the model directory (no leading /, no ..)", "config.json", "model-file", pattern=r"(?!/)(?!(?:.*/)?\.\.(?:/|$)).+"),
+              items=Domain("a sha256 hex digest (64 lowercase hex digits)", "0" * 64, "model-file-digest", pattern=r"[0-9a-f]{64}"), item_types=("str",))),
+    _v("hicache_model_path", "str", NO_DEFAULT, "--model-path as the server sees it (a path in the container or a hub id).", flag="--model-path",
+       domain=dataclasses.replace(NON_EMPTY, text="a non-empty path or hub id without leading or trailing spaces", example="/models/weights")),
+    _v("hicache_served_model_name", "str", None, "--served-model-name; part of every L3 key, so keep it stable and without ':'.", flag="--served-model-name",
+       domain=dataclasses.replace(NON_EMPTY, text="a non-empty name without leading or trailing spaces", example="my-model")),
+    _v("hicache_host", "str", None, "--host (SGLang default 127.0.0.1).", flag="--host", domain=Domain("an IP address or a host name", "0.0.0.0", "address", check=is_address)),
+    _v("hicache_port", "int", None, "--port (SGLang default 30000).", flag="--port", domain=PORT),
+    _v("hicache_tp_size", "int", None, "--tp-size (tensor parallel ranks).", flag="--tp-size", domain=POSITIVE),
+    _v("hicache_pp_size", "int", None, "--pp-size (pipeline parallel).", flag="--pp-size", domain=POSITIVE),
+    _v("hicache_dp_size", "int", None, "--dp-size (data parallel).", flag="--dp-size", domain=POSITIVE),
+    _v("hicache_attn_cp_size", "int", None, "--attn-cp-size (attention context parallel).", flag="--attn-cp-size", domain=POSITIVE),
     _v("hicache_enable_dp_attention", "bool", False, "--enable-dp-attention.", flag="--enable-dp-attention"),
-    _v("hicache_mem_fraction_static", "float", None, "--mem-fraction-static.", flag="--mem-fraction-static"),
-    _v("hicache_context_length", "int", None, "--context-length.", flag="--context-length"),
-    _v("hicache_max_running_requests", "int", None, "--max-running-requests.", flag="--max-running-requests"),
-    _v("hicache_page_size", "int", None, "--page-size in tokens; part of every L3 key.", flag="--page-size"),
-    _v("hicache_chunked_prefill_size", "int", None, "--chunked-prefill-size; a multiple of the page size, or -1.", flag="--chunked-prefill-size"),
+    _v("hicache_mem_fraction_static", "float", None, "--mem-fraction-static.", flag="--mem-fraction-static", domain=Domain("a number in (0, 1)", 0.85, "range", low=0, high=1, low_open=True, high_open=True)),
+    _v("hicache_context_length", "int", None, "--context-length.", flag="--context-length", domain=POSITIVE),
+    _v("hicache_max_running_requests", "int", None, "--max-running-requests.", flag="--max-running-requests", domain=POSITIVE),
+    _v("hicache_page_size", "int", None, "--page-size in tokens; part of every L3 key.", flag="--page-size", domain=POSITIVE),
+    _v("hicache_chunked_prefill_size", "int", None, "--chunked-prefill-size; a multiple of the page size, or -1.", flag="--chunked-prefill-size",
+       domain=Domain("-1 (no chunking) or a positive multiple of the page size", -1, "range", low=-1)),
     # --- SGLang: HiCache ------------------------------------------------------------------------
-    _v("hicache_size_gb", "int", None, "--hicache-size: host pool in GB per TP rank (overrides the ratio).", flag="--hicache-size"),
-    _v("hicache_ratio", "float", None, "--hicache-ratio: host pool relative to the GPU pool.", flag="--hicache-ratio"),
-    _v("hicache_host_memory_fraction", "float", None, "--hicache-host-memory-fraction, in (0, 1].", flag="--hicache-host-memory-fraction", min_sglang="0.5.21"),
+    _v("hicache_size_gb", "int", None, "--hicache-size: host pool in GB per TP rank (overrides the ratio).", flag="--hicache-size", domain=POSITIVE),
+    _v("hicache_ratio", "float", None, "--hicache-ratio: host pool relative to the GPU pool.", flag="--hicache-ratio", domain=Domain("a positive number", 2, "range", low=0, low_open=True)),
+    _v("hicache_host_memory_fraction", "float", None, "--hicache-host-memory-fraction, in (0, 1].", flag="--hicache-host-memory-fraction", min_sglang="0.5.21",
+       domain=Domain("a number in (0, 1]", 0.8, "range", low=0, high=1, low_open=True)),
     _v("hicache_host_memory_mode", "str", None, "--hicache-host-memory-mode.", choices=("cache", "buffer_only"), flag="--hicache-host-memory-mode"),
     _v("hicache_write_policy", "str", None, "--hicache-write-policy.", choices=("write_back", "write_through", "write_through_selective"), flag="--hicache-write-policy"),
     _v("hicache_io_backend", "str", None, "--hicache-io-backend.", choices=("direct", "kernel"), flag="--hicache-io-backend"),
@@ -97,58 +294,82 @@ VARIABLES: tuple[Var, ...] = (
     _v("hicache_storage_backend", "str", None, "--hicache-storage-backend (the L3 tier); None keeps HiCache at L2 only.", choices=("file", "nixl", "dynamic"), flag="--hicache-storage-backend"),
     _v("hicache_prefetch_policy", "str", None, "--hicache-storage-prefetch-policy.", choices=("best_effort", "wait_complete", "timeout"), flag="--hicache-storage-prefetch-policy"),
     _v("hicache_extra_config", "dict", {}, "--hicache-storage-backend-extra-config as a mapping: SGLang's keys, the backend's keys (NIXL plugin sections, dynamic backend module).",
-       flag="--hicache-storage-backend-extra-config"),
-    _v("hicache_extra_config_file", "str", None, "Write the extra config to this file name in cfg/ (.json, .toml, .yaml) and pass it as @/cfg/<name>; None passes inline JSON."),
+       flag="--hicache-storage-backend-extra-config", domain=Domain("SGLang's and the backend's keys; every string on one line", {}, "extra-config-type")),
+    _v("hicache_extra_config_file", "str", None, "Write the extra config to this file name in cfg/ (.json, .toml, .yaml) and pass it as @/cfg/<name>; None passes inline JSON.",
+       domain=Domain("a file name of letters, digits and . _ -", "extra_config.json", "extra-config-file", pattern=r"[A-Za-z0-9][A-Za-z0-9._-]*")),
     _v("hicache_nixl_plugin", "str", None, "SGLANG_HICACHE_NIXL_BACKEND_PLUGIN; used by SGLang only when hicache_extra_config has no 'plugin' section.", choices=("auto", "POSIX", "GDS_MT", "GDS", "3FS", "OBJ")),
     _v("hicache_skip_server_warmup", "bool", False, "--skip-server-warmup.", flag="--skip-server-warmup"),
     _v("hicache_enable_metrics", "bool", True, "--enable-metrics: needed to see L3 hits (verify, bench)."),
     _v("hicache_enable_cache_report", "bool", True, "--enable-cache-report: cached_tokens in every response (verify, bench)."),
-    _v("hicache_extra_args", "list", [], "Further SGLang flags, appended as given (checked against the real parser by the conformance tests)."),
+    _v("hicache_extra_args", "list", [], "Further SGLang flags, appended as given (checked against the real parser by the conformance tests).",
+       domain=Domain("words (strings or numbers)", ["--log-level", "info"], "type", item_types=("str", "int", "float"))),
     # --- host facts the rules use -----------------------------------------------------------------
-    _v("hicache_host_ram_gb", "int", None, "Host RAM in GB when known before deployment; the rules check the host pool against it.", role="preflight"),
-    _v("hicache_host_ram_headroom_gb", "int", 64, "RAM kept free for the OS, the runtime and SGLang's own process beside the host pool.", role="preflight"),
+    _v("hicache_host_ram_gb", "int", None, "Host RAM in GB when known before deployment; the rules check the host pool against it.", role="preflight", domain=POSITIVE),
+    _v("hicache_host_ram_headroom_gb", "int", 64, "RAM kept free for the OS, the runtime and SGLang's own process beside the host pool.", role="preflight", domain=NON_NEGATIVE),
     # --- sizing: the working set validate checks the host pool and the L3 tier against -------------------
-    _v("hicache_model_config", "str", None, "The model's config.json (or its directory) on the controller; with it, validate checks the host pool and L3 capacity (see `hicachectl size`).", role="preflight"),
-    _v("hicache_workload_context_tokens", "int", None, "Tokens per request the tiers must hold (default: hicache_context_length, else 131072).", role="preflight"),
-    _v("hicache_workload_concurrency", "int", None, "Requests in flight the host pool must hold (default: hicache_max_running_requests, else 1).", role="preflight"),
-    _v("hicache_workload_prefixes", "int", None, "Distinct prefixes the L3 tier must keep; checked against hicache_storage_capacity_gb.", role="preflight"),
-    _v("hicache_storage_capacity_gb", "int", None, "Space of the L3 tier for this server's pages, in GB (1e9 bytes).", role="preflight"),
+    _v("hicache_model_config", "str", None, "The model's config.json (or its directory) on the controller; with it, validate checks the host pool and L3 capacity (see `hicachectl size`).", role="preflight",
+       domain=dataclasses.replace(NON_EMPTY, text="a non-empty path", example="config.json")),
+    _v("hicache_workload_context_tokens", "int", None, "Tokens per request the tiers must hold (default: hicache_context_length, else 131072).", role="preflight", domain=POSITIVE),
+    _v("hicache_workload_concurrency", "int", None, "Requests in flight the host pool must hold (default: hicache_max_running_requests, else 1).", role="preflight", domain=POSITIVE),
+    _v("hicache_workload_prefixes", "int", None, "Distinct prefixes the L3 tier must keep; checked against hicache_storage_capacity_gb.", role="preflight", domain=POSITIVE),
+    _v("hicache_storage_capacity_gb", "int", None, "Space of the L3 tier for this server's pages, in GB (1e9 bytes).", role="preflight", domain=POSITIVE),
     _v("hicache_strict", "bool", True, "Fail when hardware, tools or a mount the inventory relies on are missing. false (a test bed): each gap is reported, the host shown degraded.", role="preflight"),
-    _v("hicache_preflight_min_free_gb", "int", 10, "Free space the filesystem of hicache_base_dir must have.", role="preflight"),
+    _v("hicache_preflight_min_free_gb", "int", 10, "Free space the filesystem of hicache_base_dir must have.", role="preflight", domain=NON_NEGATIVE),
     # --- the L3 storage mount ------------------------------------------------------------------
     _v("hicache_storage_type", "str", "local", "What holds the L3 directory.", choices=("vast", "netapp", "local"), role="storage"),
-    _v("hicache_storage_server", "str", None, "NFS server (VAST VIP or DNS name, NetApp LIF).", role="storage"),
-    _v("hicache_storage_export", "str", None, "NFS export path.", role="storage"),
-    _v("hicache_storage_nconnect", "int", None, "nconnect connections per mount (VAST); refused for NetApp pNFS.", role="storage"),
-    _v("hicache_storage_remoteports", "str", None, "VAST multipath remote ports: an IP range 'a-b', '~'-joined list, or 'dns'.", role="storage"),
-    _v("hicache_storage_localports", "list", [], "VAST multipath local ports (IPs or interface names); needs rp_filter=0, which the storage role sets.", role="storage"),
-    _v("hicache_storage_link_gbps", "int", None, "Line rate of one storage NIC port, for the nconnect sanity check.", role="storage"),
-    _v("hicache_storage_rsize", "int", None, "rsize/wsize in bytes (NetApp over RDMA: at most 65536).", role="storage"),
-    _v("hicache_storage_options", "list", [], "Further mount options, appended as given.", role="storage"),
-    _v("hicache_storage_device", "str", None, "Local tier: a block device (or UUID=...) to mount at hicache_cache_dir; None uses the directory as it is.", role="storage"),
-    _v("hicache_storage_fstype", "str", "xfs", "Local tier: filesystem of hicache_storage_device.", role="storage"),
-    _v("hicache_storage_mount_timeout", "int", 60, "Seconds systemd waits for the mount at boot (x-systemd.mount-timeout); with nofail a storage outage never blocks boot.", role="storage"),
-    _v("hicache_storage_read_ahead_kb", "int", 8192, "NFS read-ahead in KiB, persistent through nfsrahead (/etc/nfs.conf.d) and applied to the live mount.", role="storage"),
-    _v("hicache_storage_sunrpc_slots", "int", 128, "sunrpc TCP slot table entries (module options and live sysctl).", role="storage"),
-    _v("hicache_cache_owner", "str", "root", "Owner of hicache_cache_dir.", role="storage"),
-    _v("hicache_cache_group", "str", "root", "Group of hicache_cache_dir.", role="storage"),
-    _v("hicache_cache_mode", "str", "0755", "Mode of hicache_cache_dir.", role="storage"),
+    _v("hicache_storage_server", "str", None, "NFS server (VAST VIP or DNS name, NetApp LIF).", role="storage",
+       domain=Domain("a host name, an IPv4 address, or an IPv6 address in [brackets]", "vip.storage.example.com", "address", check=is_nfs_server)),
+    _v("hicache_storage_export", "str", None, "NFS export path.", role="storage",
+       domain=Domain("an absolute path without spaces or backslashes (it is a field of /etc/fstab)", "/kvcache", "fstab-field", pattern=r"/[^\s\\]*")),
+    _v("hicache_storage_nconnect", "int", None, "nconnect connections per mount (VAST); refused for NetApp pNFS.", role="storage", domain=POSITIVE),
+    _v("hicache_storage_remoteports", "str", None, "VAST multipath remote ports: an IP range 'a-b', '~'-joined list, or 'dns'.", role="storage",
+       domain=Domain("dns, or IP ranges a-b joined by ~", "dns", "remoteports-syntax", pattern=r"dns|[0-9A-Fa-f.:~-]+")),
+    _v("hicache_storage_localports", "list", [], "VAST multipath local ports (IPs or interface names); needs rp_filter=0, which the storage role sets.", role="storage",
+       domain=Domain("IP addresses or interface names", ["192.0.2.1"], "localports",
+              items=Domain("an IP address or an interface name (up to 15 letters, digits and _ . @ + -)", "192.0.2.1", "localports", check=is_interface_or_ip), item_types=("str",))),
+    _v("hicache_storage_link_gbps", "int", None, "Line rate of one storage NIC port, for the nconnect sanity check.", role="storage", domain=POSITIVE),
+    _v("hicache_storage_rsize", "int", None, "rsize/wsize in bytes (NetApp over RDMA: at most 65536).", role="storage", domain=Domain("bytes, 1024-1048576", 1048576, "range", low=1024, high=1048576)),
+    _v("hicache_storage_options", "list", [], "Further mount options, appended as given.", role="storage",
+       domain=Domain("mount options", ["noatime"], "mount-option", items=Domain("a mount option without spaces, commas, # or backslashes", "noatime", "mount-option", pattern=r"[^\s,#\\]+"), item_types=("str",))),
+    _v("hicache_storage_device", "str", None, "Local tier: a block device (or UUID=...) to mount at hicache_cache_dir; None uses the directory as it is.", role="storage",
+       domain=Domain("a device path, or UUID=/LABEL=/PARTUUID=/PARTLABEL= without spaces (a field of /etc/fstab)", "/dev/nvme1n1", "fstab-field",
+              pattern=r'/[^\s\\]+|(?:UUID|LABEL|PARTUUID|PARTLABEL)=(?:"[^\s"\\]+"|[^\s"\\]+)')),
+    _v("hicache_storage_fstype", "str", "xfs", "Local tier: filesystem of hicache_storage_device.", role="storage",
+       domain=Domain("a filesystem type: lowercase letters, digits and . _ + -", "xfs", "fstab-field", pattern=r"[a-z0-9][a-z0-9._+-]*")),
+    _v("hicache_storage_mount_timeout", "int", 60, "Seconds systemd waits for the mount at boot (x-systemd.mount-timeout); with nofail a storage outage never blocks boot.", role="storage",
+       domain=Domain("seconds, at least 1", 60, "range", low=1)),
+    _v("hicache_storage_read_ahead_kb", "int", 8192, "NFS read-ahead in KiB, persistent through nfsrahead (/etc/nfs.conf.d) and applied to the live mount.", role="storage",
+       domain=Domain("KiB, 0 or more", 8192, "range", low=0)),
+    _v("hicache_storage_sunrpc_slots", "int", 128, "sunrpc TCP slot table entries (module options and live sysctl).", role="storage",
+       domain=Domain("an integer from 2 to 65536 (the kernel's limits)", 128, "range", low=2, high=65536)),
+    _v("hicache_cache_owner", "str", "root", "Owner of hicache_cache_dir.", role="storage", domain=Domain("a user name or a numeric id", "root", "user-name", pattern=r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?|[0-9]+")),
+    _v("hicache_cache_group", "str", "root", "Group of hicache_cache_dir.", role="storage", domain=Domain("a group name or a numeric id", "root", "user-name", pattern=r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?|[0-9]+")),
+    _v("hicache_cache_mode", "str", "0755", "Mode of hicache_cache_dir.", role="storage", domain=Domain("an octal mode in quotes, e.g. '0755'", "0755", "file-mode", pattern=r"0?[0-7]{3}|[0-7]{4}")),
     # --- ConnectX-7 tuning for storage traffic ---------------------------------------------------------
-    _v("hicache_nic_interfaces", "list", [], "Interfaces to tune; [] selects every ConnectX port (driver mlx5_core, PCI vendor 0x15b3).", role="nic_tuning"),
-    _v("hicache_nic_mtu", "int", 9000, "MTU (jumbo frames end to end for NFS over RDMA).", role="nic_tuning"),
-    _v("hicache_nic_rings", "int", 8192, "RX and TX ring size (ethtool -G), capped at the NIC's maximum.", role="nic_tuning"),
-    _v("hicache_nic_channels", "int", None, "Combined channels (ethtool -L); None leaves them.", role="nic_tuning"),
+    _v("hicache_nic_interfaces", "list", [], "Interfaces to tune; [] selects every ConnectX port (driver mlx5_core, PCI vendor 0x15b3).", role="nic_tuning",
+       domain=Domain("interface names", ["ens1f0np0"], "interface-name",
+              items=Domain("an interface name: up to 15 letters, digits and _ . @ + -", "ens1f0np0", "interface-name", pattern=_INTERFACE.pattern), item_types=("str",))),
+    _v("hicache_nic_mtu", "int", 9000, "MTU (jumbo frames end to end for NFS over RDMA).", role="nic_tuning", domain=Domain("an MTU ConnectX ports take, 576-9978", 9000, "range", low=576, high=9978)),
+    _v("hicache_nic_rings", "int", 8192, "RX and TX ring size (ethtool -G), capped at the NIC's maximum.", role="nic_tuning", domain=Domain("an integer from 1 to 65536", 8192, "range", low=1, high=65536)),
+    _v("hicache_nic_channels", "int", None, "Combined channels (ethtool -L); None leaves them.", role="nic_tuning", domain=POSITIVE),
     _v("hicache_nic_qos_trust", "str", "dscp", "RoCE QoS trust state (mlnx_qos --trust); None leaves it.", choices=("dscp", "pcp"), role="nic_tuning"),
-    _v("hicache_nic_pfc_priorities", "list", [3], "Priorities with PFC on (mlnx_qos --pfc); [] leaves PFC.", role="nic_tuning"),
-    _v("hicache_nic_ecn_priorities", "list", [3], "Priorities with RoCE ECN on (notification and reaction point).", role="nic_tuning"),
+    _v("hicache_nic_pfc_priorities", "list", [3], "Priorities with PFC on (mlnx_qos --pfc); [] leaves PFC.", role="nic_tuning",
+       domain=Domain("priorities 0-7", [3], "range", items=Domain("a priority 0-7", 3, "range", low=0, high=7), item_types=("int",))),
+    _v("hicache_nic_ecn_priorities", "list", [3], "Priorities with RoCE ECN on (notification and reaction point).", role="nic_tuning",
+       domain=Domain("priorities 0-7", [3], "range", items=Domain("a priority 0-7", 3, "range", low=0, high=7), item_types=("int",))),
     _v("hicache_nic_irq_affinity", "bool", True, "Pin the NIC's IRQs to the CPUs of its NUMA node.", role="nic_tuning"),
-    _v("hicache_nic_max_read_request", "int", None, "PCIe MaxReadReq in bytes (128-4096, a power of two); None leaves it.", role="nic_tuning"),
-    _v("hicache_nic_cpu_governor", "str", "performance", "CPU frequency governor; None leaves it.", role="nic_tuning"),
+    _v("hicache_nic_max_read_request", "int", None, "PCIe MaxReadReq in bytes (128-4096, a power of two); None leaves it.", role="nic_tuning", choices=(128, 256, 512, 1024, 2048, 4096)),
+    _v("hicache_nic_cpu_governor", "str", "performance", "CPU frequency governor; None leaves it.", role="nic_tuning", choices=("performance", "powersave", "ondemand", "conservative", "schedutil", "userspace")),
     # --- host limits -------------------------------------------------------------------------------
-    _v("hicache_limits_memlock", "str", "unlimited", "memlock for login sessions (limits.d) and the runtime service (LimitMEMLOCK); 'unlimited' or KiB.", role="host_limits"),
-    _v("hicache_limits_runtime_service", "str", None, "systemd service of the container runtime that gets LimitMEMLOCK (default: docker.service with docker, none with podman).", role="host_limits"),
+    _v("hicache_limits_memlock", "str", "unlimited", "memlock for login sessions (limits.d) and the runtime service (LimitMEMLOCK); 'unlimited' or KiB.", role="host_limits",
+       domain=Domain("unlimited, or a positive number of KiB in quotes", "unlimited", "memlock", pattern=r"unlimited|[1-9][0-9]*")),
+    _v("hicache_limits_runtime_service", "str", None, "systemd service of the container runtime that gets LimitMEMLOCK (default: docker.service with docker, none with podman).", role="host_limits",
+       domain=Domain("a systemd service name ending in .service", "docker.service", "unit-name", pattern=r"[A-Za-z0-9_.@][A-Za-z0-9_.@-]*\.service")),
     _v("hicache_limits_restart_runtime", "bool", False, "Restart the runtime service when its limit changes; off by default because it stops running containers.", role="host_limits"),
-    _v("hicache_host_sysctls", "dict", {}, "Further sysctls, persisted in /etc/sysctl.d/90-hicache.conf and applied.", role="host_limits"),
+    _v("hicache_host_sysctls", "dict", {}, "Further sysctls, persisted in /etc/sysctl.d/90-hicache.conf and applied.", role="host_limits",
+       domain=Domain("sysctl names mapped to values", {"vm.max_map_count": 1048576}, "sysctl",
+              keys=Domain("a sysctl name such as net.core.rmem_max (letters, digits and _ . / * -)", "net.core.rmem_max", "sysctl", pattern=r"[A-Za-z0-9_][A-Za-z0-9_.*/-]*"),
+              items=dataclasses.replace(NON_EMPTY, rule="sysctl", text="a non-empty value", example="1"), item_types=("str", "int"))),
 )
 
 BY_NAME: dict[str, Var] = {v.name: v for v in VARIABLES}
@@ -161,6 +382,11 @@ def default_of(name: str) -> Any:
     return copy.deepcopy(BY_NAME[name].default)
 
 
+def domain_sentence(var: Var) -> str:
+    """The domain as the README and argument_specs state it ('' when the type or the choices say it all)."""
+    return f" Values: {var.domain.text}." if var.domain is not None else ""
+
+
 _ANSIBLE_TYPES = {"str": "str", "int": "int", "float": "float", "bool": "bool", "list": "list", "dict": "dict"}
 
 
@@ -170,13 +396,15 @@ def argument_specs(role: str) -> dict:
     for var in VARIABLES:
         if var.role != role:
             continue
-        spec: dict[str, Any] = {"description": var.doc, "type": _ANSIBLE_TYPES[var.type]}
+        spec: dict[str, Any] = {"description": var.doc + domain_sentence(var), "type": _ANSIBLE_TYPES[var.type]}
         if var.choices:
             spec["choices"] = list(var.choices)
         if var.required:
             spec["required"] = True
         if var.type == "list":
             spec["elements"] = "raw"
+        if var.secret:
+            spec["no_log"] = True
         options[var.name] = spec
     return {"argument_specs": {"main": {"short_description": f"hicache-deploy {role} role", "options": options}}}
 
@@ -194,7 +422,9 @@ def variables_table() -> str:
     rows = ["| variable | type | default | meaning |", "|---|---|---|---|"]
     for var in VARIABLES:
         choices = f" One of: {', '.join(map(str, var.choices))}." if var.choices else ""
-        rows.append(f"| `{var.name}` | {var.type} | {cell(var.default)} | {var.doc}{choices} |".replace("\n", " "))
+        secret = " **Secret**: shown as ********." if var.secret else ""
+        domain = domain_sentence(var).replace("|", "\\|")
+        rows.append(f"| `{var.name}` | {var.type} | {cell(var.default)} | {var.doc}{choices}{domain}{secret} |".replace("\n", " "))
     return "\n".join(rows)
 
 

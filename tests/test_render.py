@@ -19,7 +19,8 @@ from hicachectl import launch, tomlwriter
 @settings(max_examples=60, deadline=None)
 @given(served=SERVED_NAME, model=NASTY, model_id=NASTY)
 def test_start_sh_delivers_every_value_byte_for_byte(served, model, model_id):
-    d = deployment("adp", served_model_name=served, model_path=model,
+    # Without hicache_model_dir, the model path is free text (with it, a mount target: an absolute path without ':').
+    d = deployment("adp", served_model_name=served, model_path=model, model_dir=None,
                    extra_config={**deployment("adp").extra_config, "model_id": model_id})
     got = seeds.launched(seeds.run_recorded(rendered(d)["start.sh"]))["argv"]
     assert got == launch.server_args(d)

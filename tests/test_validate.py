@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import socket
@@ -19,10 +20,11 @@ GDS_MT_MANY = {"plugin": {"gds_mt": {"thread_count": "many", "active": True}}}
 
 
 def make_inventory(tmp: pathlib.Path, group_vars: dict, host_vars: dict | None = None, port: int = 22) -> pathlib.Path:
-    """A two-host inventory; the hosts point at 127.0.0.1:<port> so any contact would be seen."""
+    """A two-host inventory; the hosts point at 127.0.0.1:<port> and 127.0.0.2:<port> (two machines, as the fleet
+    rule wants) so any contact would be seen."""
     (tmp / "group_vars").mkdir(parents=True)
     (tmp / "host_vars").mkdir()
-    hosts = {h: {"ansible_host": "127.0.0.1", "ansible_port": port, "ansible_user": "root"} for h in ("gpu-a", "gpu-b")}
+    hosts = {h: {"ansible_host": address, "ansible_port": port, "ansible_user": "root"} for h, address in (("gpu-a", "127.0.0.1"), ("gpu-b", "127.0.0.2"))}
     (tmp / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"hicache_servers": {"hosts": hosts}}}}))
     (tmp / "group_vars/all.yml").write_text(yaml.safe_dump(group_vars))
     for host, values in (host_vars or {}).items():
@@ -62,26 +64,89 @@ CASES = [
     ("missing model path", without("hicache_model_path"), None, "required", "hicache_model_path", "gpu-a"),
     ("nixl without a cache dir", without("hicache_cache_dir", "hicache_cache_container_dir"), None, "cache-dir-required", "hicache_cache_dir", "gpu-a"),
     ("remoteports garbage", {**VALID, "hicache_storage_remoteports": "10.0.0.9-10.0.0.1"}, None, "remoteports-syntax", "hicache_storage_remoteports", "gpu-a"),
-    ("PFC priority out of range", {**VALID, "hicache_nic_pfc_priorities": [3, 9]}, None, "range", "hicache_nic_pfc_priorities", "gpu-a"),
-    ("MaxReadReq not a PCIe size", {**VALID, "hicache_nic_max_read_request": 3000}, None, "range", "hicache_nic_max_read_request", "gpu-a"),
+    ("PFC priority out of range", {**VALID, "hicache_nic_pfc_priorities": [3, 9]}, None, "range", "hicache_nic_pfc_priorities[1]", "gpu-a"),
+    ("MaxReadReq not a PCIe size", {**VALID, "hicache_nic_max_read_request": 3000}, None, "choice", "hicache_nic_max_read_request", "gpu-a"),
     ("toml extension unknown", NETAPP | {"hicache_extra_config_file": "nixl.ini"}, None, "extra-config-file", "hicache_extra_config_file", "gpu-a"),
+    # Every value has a domain, and nothing injects into a line-oriented file (issue 11). The file each reaches:
+    # the systemd unit
+    ("newline in the served name", {**VALID, "hicache_served_model_name": "m\nExecStartPre=/bin/touch /tmp/pwned"}, None, "control-character", "hicache_served_model_name", "gpu-a"),
+    ("newline in the container name", VALID, {"hicache_container_name": "c\nExecStartPre=/bin/id"}, "control-character", "hicache_container_name", "gpu-b"),
+    ("container name Docker refuses", {**VALID, "hicache_container_name": "-sglang hicache"}, None, "container-name", "hicache_container_name", "gpu-a"),
+    ("service name systemd refuses", {**VALID, "hicache_service_name": "-sglang/../x"}, None, "unit-name", "hicache_service_name", "gpu-a"),
+    ("newline in the service name", {**VALID, "hicache_service_name": "sglang\nhicache"}, None, "control-character", "hicache_service_name", "gpu-a"),
+    ("carriage return in the model path", {**without("hicache_model_dir"), "hicache_model_path": "org/model\rExecStart=/bin/sh"}, None, "control-character", "hicache_model_path", "gpu-a"),
+    ("empty model path", {**VALID, "hicache_model_path": ""}, None, "non-empty", "hicache_model_path", "gpu-a"),
+    ("TP larger than the container's GPUs", {**VALID, "hicache_container_gpus": '"device=0,1,2,3"'}, None, "tp-gpus", "hicache_tp_size", "gpu-a"),
+    ("unquoted GPU device list", {**VALID, "hicache_container_gpus": "device=0,1"}, None, "container-gpus", "hicache_container_gpus", "gpu-a"),
+    ("server port out of range", {**VALID, "hicache_port": 70000}, None, "range", "hicache_port", "gpu-a"),
+    ("malformed image reference", {**VALID, "hicache_image": "lmsysorg/sglang v0.5.20"}, None, "image-reference", "hicache_image", "gpu-a"),
+    ("newline in a flag value", {**VALID, "hicache_extra_args": ["--log-level", "info\n--enable-lmcache"]}, None, "control-character", "hicache_extra_args[1]", "gpu-a"),
+    ("ulimit name misspelt", {**VALID, "hicache_container_ulimits": {"memlok": -1}}, None, "ulimit", "hicache_container_ulimits.memlok", "gpu-a"),
+    # the drop-in and limits.conf
+    ("memlock misspelt", {**VALID, "hicache_limits_memlock": "unlimted"}, None, "memlock", "hicache_limits_memlock", "gpu-a"),
+    ("runtime service without .service", {**VALID, "hicache_limits_runtime_service": "docker"}, None, "unit-name", "hicache_limits_runtime_service", "gpu-a"),
+    # the environment (docker -e, the env file)
+    ("env name with a dash", {**VALID, "hicache_container_env": {"MY-VAR": "1"}}, None, "env-name", "hicache_container_env.MY-VAR", "gpu-a"),
+    ("newline in an env value", {**VALID, "hicache_container_env": {"NCCL_DEBUG": "INFO\nLD_PRELOAD=/tmp/x.so"}}, None, "control-character", "hicache_container_env.NCCL_DEBUG", "gpu-a"),
+    ("newline in an extra-config leaf", {**VALID, "hicache_extra_config": {**VALID["hicache_extra_config"], "use_aio": "false\n"}}, None, "control-character", "hicache_extra_config.use_aio", "gpu-a"),
+    # fstab
+    ("NFS export with a space", {**VALID, "hicache_storage_export": "/kv cache"}, None, "fstab-field", "hicache_storage_export", "gpu-a"),
+    ("mount option with a comma", {**VALID, "hicache_storage_options": ["noatime,exec"]}, None, "mount-option", "hicache_storage_options[0]", "gpu-a"),
+    ("IPv6 NFS server without brackets", {**VALID, "hicache_storage_server": "fd00::1"}, None, "address", "hicache_storage_server", "gpu-a"),
+    ("cache dir with a space", {**VALID, "hicache_cache_dir": "/mnt/kv cache"}, None, "unit-safe-path", "hicache_cache_dir", "gpu-a"),
+    # modprobe.d, nfs.conf
+    ("sunrpc slots below the kernel's minimum", {**VALID, "hicache_storage_sunrpc_slots": 1}, None, "range", "hicache_storage_sunrpc_slots", "gpu-a"),
+    ("negative NFS read-ahead", {**VALID, "hicache_storage_read_ahead_kb": -8}, None, "range", "hicache_storage_read_ahead_kb", "gpu-a"),
+    # sysctl.d
+    ("sysctl name with a space", {**VALID, "hicache_host_sysctls": {"vm.max map count": 1048576}}, None, "sysctl", "hicache_host_sysctls.vm.max map count", "gpu-a"),
+    ("newline in a sysctl value", {**VALID, "hicache_host_sysctls": {"net.core.rmem_max": "1\nkernel.sysrq = 1"}}, None, "control-character", "hicache_host_sysctls.net.core.rmem_max", "gpu-a"),
+    # the NIC tuning config, the cache directory, the model download
+    ("interface name too long", {**VALID, "hicache_nic_interfaces": ["enp1s0f0np0-vlan100"]}, None, "interface-name", "hicache_nic_interfaces[0]", "gpu-a"),
+    ("cache mode not octal", {**VALID, "hicache_cache_mode": "rwxr-xr-x"}, None, "file-mode", "hicache_cache_mode", "gpu-a"),
+    ("hub repo with a space", {**VALID, "hicache_model_source": "hub", "hicache_model_repo": "Qwen/Qwen3 8B"}, None, "model-repo", "hicache_model_repo", "gpu-a"),
 ]
 
 
 @pytest.mark.parametrize("case,group_vars,host_vars,rule,variable,host", CASES, ids=[c[0] for c in CASES])
 def test_invalid_inventory_is_refused_with_a_precise_message(tmp_path, case, group_vars, host_vars, rule, variable, host):
+    """The CLI's own command, run in this process (an interpreter start per case would keep the fast tier over a
+    minute); test_an_invalid_inventory_through_the_real_entry_point runs the installed entry point."""
     inventory = make_inventory(tmp_path, group_vars, {"gpu-b": host_vars} if host_vars else None)
-    report = cli_json("validate", "--inventory", str(inventory), check_rc=1)
+    as_json = validate_here(inventory, "--json")
+    assert as_json.exit_code == 1, as_json.output
+    report = json.loads(as_json.stdout)
     assert report["ok"] is False
     matches = [f for f in report["findings"] if f["rule"] == rule and f["variable"] == variable and f["host"] == host and f["level"] == "error"]
     assert matches, report["findings"]
     assert matches[0]["fix"], "every error says how to fix it"
-    text = cli("validate", "--inventory", str(inventory), check_rc=1).stderr
-    assert f"[{rule}]" in text and f"host {host}" in text and variable in text and "Fix:" in text and str(inventory) in text
+    as_text = validate_here(inventory)
+    assert as_text.exit_code == 1
+    text = as_text.stderr
+    assert f"[{rule}]" in text and host in text and variable in text and "Fix:" in text and str(inventory) in text
+
+
+def validate_here(inventory: pathlib.Path, *args: str):
+    from typer.testing import CliRunner
+
+    from hicachectl import cli as hicachectl_cli
+
+    result = CliRunner().invoke(hicachectl_cli.app, ["validate", "--inventory", str(inventory), *args])
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in result.output
+    return result
+
+
+def test_an_invalid_inventory_through_the_real_entry_point(tmp_path):
+    inventory = make_inventory(tmp_path, {**VALID, "hicache_served_model_name": "m\nExecStartPre=/bin/id"})
+    proc = cli("validate", "--inventory", str(inventory), check_rc=1)
+    assert "[control-character]" in proc.stderr and "hicache_served_model_name" in proc.stderr and "Fix:" in proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert cli_json("validate", "--inventory", str(inventory), check_rc=1)["ok"] is False
 
 
 def test_the_cases_are_distinct():
-    assert len({(c[3], c[4]) for c in CASES}) >= 15
+    assert len(CASES) >= 40
+    assert len({(c[3], c[4]) for c in CASES}) >= 40
 
 
 def test_shipped_inventories_are_valid():
@@ -96,29 +161,35 @@ def test_validate_usage_errors_exit_2():
 
 @pytest.fixture
 def listener():
-    """A TCP port on 127.0.0.1 that counts connections: the inventory's hosts point at it."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    server.settimeout(0.5)
-    yield server
+    """A TCP port on 127.0.0.1 and 127.0.0.2 that counts connections: the inventory's hosts point at it."""
+    first = socket.socket()
+    first.bind(("127.0.0.1", 0))
+    second = socket.socket()
+    second.bind(("127.0.0.2", first.getsockname()[1]))
+    for server in (first, second):
+        server.listen(16)
+        server.settimeout(0.5)
+    yield first, second
 
-    server.close()
+    first.close()
+    second.close()
 
 
-def _connections(server) -> int:
+def _connections(servers) -> int:
     count = 0
-    while True:
-        try:
-            conn, _ = server.accept()
-        except TimeoutError:
-            return count
-        conn.close()
-        count += 1
+    for server in servers:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                break
+            conn.close()
+            count += 1
+    return count
 
 
 def test_no_host_is_contacted_when_the_inventory_is_invalid(tmp_path, listener):
-    port = listener.getsockname()[1]
+    port = listener[0].getsockname()[1]
     inventory = make_inventory(tmp_path, {**VALID, "hicache_chunked_prefill_size": 1000}, port=port)
     assert cli("validate", "--inventory", str(inventory)).returncode == 1
     plan = cli("plan", "--inventory", str(inventory))
@@ -133,7 +204,7 @@ def test_no_host_is_contacted_when_the_inventory_is_invalid(tmp_path, listener):
 
 def test_the_listener_does_see_a_contact(tmp_path, listener):
     """The contact check above can fail: a valid inventory's deploy does reach the hosts."""
-    port = listener.getsockname()[1]
+    port = listener[0].getsockname()[1]
     inventory = make_inventory(tmp_path, VALID, port=port)
     subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory),
                     "playbooks/site.yml", "-e", "ansible_ssh_timeout=2"], cwd=ROOT, capture_output=True, text=True, timeout=300)
