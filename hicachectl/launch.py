@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from hicachectl import schema
+from hicachectl import schema, secrets
 from hicachectl.model import PREFIX, field_name
 from hicachectl.tomlwriter import dumps as toml_dumps
 
@@ -106,21 +106,34 @@ def server_cache_dir(d) -> str | None:
     return d.cache_container_dir if in_container(d) else d.cache_dir
 
 
+def extra_config_file_name(d) -> str | None:
+    """The file in cfg/ the extra config is written to: hicache_extra_config_file, or extra_config.json when the
+    config holds a secret (a secret never goes inline into argv); None: inline JSON."""
+    if d.extra_config_file:
+        return d.extra_config_file
+    if extra_config(d) is not None and secrets.extra_config_has_secrets(d):
+        return secrets.DEFAULT_SECRET_EXTRA_CONFIG_FILE
+    return None
+
+
 def extra_config_arg(d) -> str | None:
     """Inline JSON, or `@<cfg>/<file>` when the config is written to a file."""
     config = extra_config(d)
     if config is None:
         return None
-    if d.extra_config_file:
-        return "@" + posixpath.join(server_cfg_dir(d), d.extra_config_file)
+    name = extra_config_file_name(d)
+    if name:
+        return "@" + posixpath.join(server_cfg_dir(d), name)
     return json.dumps(config)
 
 
-def extra_config_file_text(d) -> str | None:
-    config = extra_config(d)
-    if config is None or not d.extra_config_file:
+def extra_config_file_text(d, config: dict | None = None) -> str | None:
+    """The extra config file's text (of `config` instead of the host's, e.g. a masked copy, when given)."""
+    config = extra_config(d) if config is None else config
+    name = extra_config_file_name(d)
+    if config is None or not name:
         return None
-    ext = posixpath.splitext(d.extra_config_file)[1].lower()
+    ext = posixpath.splitext(name)[1].lower()
     if ext == ".toml":
         return toml_dumps(config)
     if ext == ".json":
@@ -129,7 +142,8 @@ def extra_config_file_text(d) -> str | None:
 
 
 def container_env(d) -> dict[str, str]:
-    """Environment inside the container: the backend's own variables, then the inventory's."""
+    """Environment inside the container that may be shown: the backend's own variables, then the inventory's
+    (those named in hicache_secret_keys excepted: see secret_env)."""
     env: dict[str, str] = {}
     cache = server_cache_dir(d)
     if d.storage_backend == "nixl" and cache:
@@ -138,8 +152,19 @@ def container_env(d) -> dict[str, str]:
         env["SGLANG_HICACHE_NIXL_BACKEND_PLUGIN"] = d.nixl_plugin
     if d.storage_backend == "file" and cache:
         env["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] = cache
-    env.update({str(k): _env_text(v) for k, v in d.container_env.items()})
+    secret = secrets.secret_keys(d)
+    env.update({str(k): _env_text(v) for k, v in d.container_env.items() if str(k) not in secret})
     return env
+
+
+def secret_env(d) -> dict[str, str]:
+    """The container's secret environment: written to cfg/secrets.env (0600), passed with --env-file."""
+    return secrets.container_secret_env(d)
+
+
+def secret_env_file(d) -> str | None:
+    """secrets.env on the host, when the host has secret env (docker/podman read --env-file on the host)."""
+    return posixpath.join(d.cfg_dir, secrets.SECRETS_ENV) if secret_env(d) else None
 
 
 def _env_text(value: Any) -> str:
@@ -162,6 +187,8 @@ def container_run_groups(d, detach: bool = True) -> list[list[str]]:
         groups.append(["-v", f"{d.cache_dir}:{d.cache_container_dir}:rw"])
     groups.append(["-v", f"{d.cfg_dir}:{CONTAINER_CFG_DIR}:ro"])
     groups.extend(["-e", f"{k}={v}"] for k, v in container_env(d).items())
+    if secret_env_file(d):
+        groups.append(["--env-file", secret_env_file(d)])
     if d.container_seccomp:
         groups.append(["--security-opt", f"seccomp={d.container_seccomp}"])
     if d.container_extra_args:
@@ -183,7 +210,8 @@ def summary(d) -> dict[str, Any]:
         "sglang_version": d.sglang_version,
         "argv": sglang_argv(d),
         "env": container_env(d),
+        "secret_env": {k: secrets.MASK for k in secret_env(d)},
         "container": container_argv(d) if in_container(d) else None,
-        "extra_config": extra_config(d),
-        "vars": {k: v for k, v in d.as_vars().items() if k.startswith(PREFIX)},
+        "extra_config": secrets.mask_config(extra_config(d), secrets.secret_keys(d)),
+        "vars": {k: v for k, v in secrets.mask_vars(d).items() if k.startswith(PREFIX)},
     }

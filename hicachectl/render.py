@@ -7,11 +7,12 @@ import functools
 import hashlib
 import json
 import pathlib
+import re
 import shlex
 
 import jinja2
 
-from hicachectl import launch
+from hicachectl import launch, secrets
 
 TEMPLATES = pathlib.Path(__file__).resolve().parent.parent / "templates"
 
@@ -21,6 +22,13 @@ class RenderedFile:
     name: str
     content: str
     mode: str  # octal, as Ansible takes it
+    secret: bool = False  # holds secrets: mode 0600, never shown, logged, diffed or backed up
+    masked: str | None = dataclasses.field(default=None, compare=False)  # the content with every secret as ********
+
+    @property
+    def shown(self) -> str:
+        """What may be printed of this file."""
+        return self.content if self.masked is None else self.masked
 
 
 def shell_word(word: str) -> str:
@@ -37,7 +45,33 @@ def _environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["shq"] = shell_word
+    env.filters["unit_value"] = unit_value
+    env.filters["unit_word"] = unit_word
     return env
+
+
+def _one_line(text: str) -> str:
+    """The rules refuse line breaks and control characters in every value; one reaching a unit is a bug, never written."""
+    if any(ord(c) < 32 or ord(c) == 127 or c in "\x85\u2028\u2029" for c in text):
+        raise ValueError(f"{text!r} cannot be written on one line of a systemd unit")
+    return text
+
+
+def unit_value(value) -> str:
+    """A value of a systemd unit setting that is not split into words (Description=, After=): specifiers escaped."""
+    return _one_line(str(value)).replace("%", "%%")
+
+
+_UNIT_PLAIN_WORD = re.compile(r"[A-Za-z0-9/._+:=@,-]+")
+
+
+def unit_word(word) -> str:
+    """One word of a setting systemd splits into words (Exec*=, RequiresMountsFor=): specifiers (%), variables ($),
+    quotes and backslashes escaped, so systemd reads back exactly `word`."""
+    text = _one_line(str(word)).replace("%", "%%")
+    if _UNIT_PLAIN_WORD.fullmatch(text):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$") + '"'
 
 
 def _start_sh(d) -> str:
@@ -50,7 +84,8 @@ def _script(d, template: str, detach: bool) -> str:
     run = [" ".join(shell_word(w) for w in group) for group in launch.container_run_groups(d, detach)] if container else []
     return _environment().get_template(template).render(
         host=d.inventory_host, cfg_dir=d.cfg_dir, cache_dir=d.cache_dir, run=run, container=container,
-        env=launch.container_env(d), runtime=d.container_runtime, name=d.container_name, unit=unit_name(d))
+        env=launch.container_env(d), secret_env_file=launch.secret_env_file(d), runtime=d.container_runtime,
+        name=d.container_name, unit=unit_name(d))
 
 
 def unit_name(d) -> str:
@@ -80,7 +115,15 @@ def files(d) -> list[RenderedFile]:
            RenderedFile("serve.sh", _script(d, "serve.sh.j2", False), "0755")]
     config_text = launch.extra_config_file_text(d)
     if config_text is not None:
-        out.append(RenderedFile(d.extra_config_file, config_text, "0644"))
+        if secrets.extra_config_has_secrets(d):
+            masked = launch.extra_config_file_text(d, secrets.mask_config(launch.extra_config(d), secrets.secret_keys(d)))
+            out.append(RenderedFile(launch.extra_config_file_name(d), config_text, secrets.SECRET_MODE, True, masked))
+        else:
+            out.append(RenderedFile(launch.extra_config_file_name(d), config_text, "0644"))
+    secret_env = launch.secret_env(d)
+    if secret_env:
+        out.append(RenderedFile(secrets.SECRETS_ENV, secrets.env_file_text(secret_env), secrets.SECRET_MODE, True,
+                                secrets.env_file_text(dict.fromkeys(secret_env, secrets.MASK))))
     out.append(unit(d))  # kept with the config, so a rollback restores the unit that ran with it
     return out + [RenderedFile(INSTALLED, json.dumps(deployed(d, out), indent=2, sort_keys=True) + "\n", "0644")]
 

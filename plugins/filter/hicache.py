@@ -6,7 +6,7 @@ import json
 
 from ansible.errors import AnsibleFilterError
 
-from hicachectl import hoststate, image, launch, limits, metrics, nic, preflight, render, rules, storage, verify
+from hicachectl import hoststate, image, launch, limits, metrics, nic, preflight, render, rules, secrets, storage, verify
 from hicachectl.inventory import plain
 from hicachectl.model import PREFIX
 
@@ -26,14 +26,19 @@ def _deployment(hostvars, host):
 
 
 def hicache_findings(hostvars, host):
-    """Every finding for one host, as dicts with a ready `text`."""
-    _, findings = rules.check_host(host, _hicache_vars(hostvars))
-    return [dict(f.as_dict(), text=f.format()) for f in findings]
+    """Every finding for one host, as dicts with a ready `text`; a secret value a finding quotes is ********."""
+    variables = _hicache_vars(hostvars)
+    _, findings = rules.check_host(host, variables)
+    hidden = secrets.values(variables)
+    return [secrets.mask(dict(f.as_dict(), text=f.format()), hidden) for f in findings]
 
 
 def hicache_fleet_findings(all_hostvars, hosts):
     """Findings for every host of the play at once: one task on the controller instead of one per host."""
-    return [finding for host in hosts for finding in hicache_findings(all_hostvars[host], host)]
+    findings = [finding for host in hosts for finding in hicache_findings(all_hostvars[host], host)]
+    reach = ("ansible_connection", "ansible_host", "ansible_port")  # how Ansible reaches each host: the fleet rules
+    connections = {host: plain({k: all_hostvars[host][k] for k in reach if k in all_hostvars[host]}) for host in hosts}
+    return findings + [dict(f.as_dict(), text=f.format()) for f in rules.check_fleet(dict.fromkeys(hosts, {}), connections)]
 
 
 def hicache_files(hostvars, host, uring_fallback=False):
@@ -50,7 +55,10 @@ def hicache_files(hostvars, host, uring_fallback=False):
         "previous_dir": deployment.cfg_dir.rstrip("/") + ".previous",
         "deployed": json.loads(next(f.content for f in files if f.name == render.INSTALLED)),
         "deployed_name": render.DEPLOYED,
-        "files": [{"name": f.name, "content": f.content, "mode": f.mode} for f in files],
+        # A file holding secrets carries its masked text here (this fact is shown at -v and in every event);
+        # the task installing it reads the real text through hicache_secret_file, under no_log.
+        "files": [{"name": f.name, "content": f.shown, "mode": f.mode, "secret": f.secret} for f in files],
+        "uring_fallback": bool(uring_fallback and uses_uring),
         "unit": {"name": unit.name, "content": unit.content},
         "health_url": f"http://{deployment.local_host}:{deployment.effective_port}/health",
         "health_timeout": deployment.health_timeout,
@@ -59,6 +67,17 @@ def hicache_files(hostvars, host, uring_fallback=False):
         "uring_requested": uses_uring,
         "strict": bool(deployment.strict),
     }
+
+
+def hicache_secret_file(hostvars, host, name, uring_fallback=False):
+    """The real content of one file of hicache_files that holds secrets (use only under no_log)."""
+    deployment = _deployment(hostvars, host)
+    if uring_fallback and launch.uses_uring(deployment):
+        deployment = launch.uring_fallback(deployment)
+    for f in render.files(deployment):
+        if f.name == name and f.secret:
+            return f.content
+    raise AnsibleFilterError(f"{host} renders no file holding secrets named {name!r}")
 
 
 def hicache_settings(hostvars, host):
@@ -168,6 +187,6 @@ def hicache_metric(text, name):
 
 class FilterModule:
     def filters(self):
-        return {f.__name__: f for f in (hicache_findings, hicache_fleet_findings, hicache_files, hicache_settings, hicache_preflight,
+        return {f.__name__: f for f in (hicache_findings, hicache_fleet_findings, hicache_files, hicache_secret_file, hicache_settings, hicache_preflight,
                                         hicache_storage, hicache_limits, hicache_nic, hicache_image, hicache_model, hicache_runtime, hicache_mount_state,
                                         hicache_verify_plan, hicache_verify_judge, hicache_metric)}

@@ -56,8 +56,11 @@ class Fleet:
         shutil.copytree(ROOT / "inventories" / profile / "group_vars", path / "group_vars")
         (path / "host_vars").mkdir()
         hosts = {name: {"ansible_host": "127.0.0.1", "ansible_port": port} for name, port in self.hosts.items()}
+        # Test hosts are recreated every run with new host keys on reused ports: the test bed opts out of host key
+        # checking explicitly, here and nowhere else (ansible.cfg checks them; the bench tunnel follows these args).
         connection = {"ansible_user": "root", "ansible_ssh_private_key_file": str(self.key),
-                      "ansible_python_interpreter": "/usr/bin/python3"}
+                      "ansible_python_interpreter": "/usr/bin/python3",
+                      "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"}
         inventory = {"all": {"vars": connection, "children": {"hicache_servers": {"hosts": hosts}}}}
         (path / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
         if extra_vars:  # group_vars/all/ holds the profile's file and, last, the test's

@@ -1,0 +1,200 @@
+"""Secret values: which they are, where they may go, and masking them in everything shown.
+
+Secrets are the catalogue's `secret` variables (the hub token) and the values of the keys named in
+`hicache_secret_keys`, looked up in `hicache_container_env` and, at any depth, in `hicache_extra_config`.
+They reach a host only in files of mode 0600 (`secrets.env`, read by `docker/podman run --env-file` or by
+serve.sh/run.sh with runtime none; an extra config holding a secret), never in start.sh or argv, and every
+output shows them as MASK. Works on a Deployment or on raw inventory variables; imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from hicachectl import schema
+
+MASK = "********"
+SECRETS_ENV = "secrets.env"  # in cfg/, mode 0600: NAME=value lines, the format of `docker run --env-file`
+SECRET_MODE = "0600"
+DEFAULT_SECRET_EXTRA_CONFIG_FILE = "extra_config.json"  # when hicache_extra_config holds a secret and no file is named
+# Shorter values are masked only where they are known to sit (a variable, an env entry, a config key): found as
+# text anywhere, they would mask unrelated output ("1", "true") and hide nothing worth hiding.
+MIN_TEXT_MASK = 4
+
+_LOOKS_SECRET = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|PRIVATE|(^|[^A-Z])KEY($|[^A-Z]))", re.IGNORECASE)
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _vars(source: Any) -> Mapping[str, Any]:
+    """Inventory variables (hicache_*) of a Deployment or of a mapping."""
+    return source.as_vars() if hasattr(source, "as_vars") else source
+
+
+def secret_keys(source: Any) -> frozenset[str]:
+    keys = _vars(source).get("hicache_secret_keys") or []
+    return frozenset(str(k) for k in keys) if isinstance(keys, list) else frozenset()
+
+
+def secret_variables() -> tuple[str, ...]:
+    return tuple(v.name for v in schema.VARIABLES if v.secret)
+
+
+def _walk(value: Any, path: tuple[str, ...] = ()) -> Iterable[tuple[tuple[str, ...], Any]]:
+    """(path of keys, value) for every leaf of a nested mapping/list."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from _walk(v, path + (str(k),))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _walk(v, path + (str(i),))
+    else:
+        yield path, value
+
+
+def _secret_in_config(config: Any, keys: frozenset[str]) -> Iterable[Any]:
+    """Values under a secret key, at any depth (a secret key's whole subtree is secret)."""
+    for path, value in _walk(config):
+        if any(p in keys for p in path) and value is not None:
+            yield value
+
+
+def _env_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def container_secret_env(source: Any) -> dict[str, str]:
+    """The container env entries that are secret (they go to secrets.env)."""
+    variables, keys = _vars(source), secret_keys(source)
+    env = variables.get("hicache_container_env") or {}
+    return {str(k): _env_text(v) for k, v in env.items() if str(k) in keys} if isinstance(env, Mapping) else {}
+
+
+def extra_config_has_secrets(source: Any) -> bool:
+    config = _vars(source).get("hicache_extra_config") or {}
+    return any(True for _ in _secret_in_config(config, secret_keys(source)))
+
+
+def values(source: Any) -> list[str]:
+    """Every secret value of one host as text, longest first (so a secret containing another is masked whole)."""
+    variables, keys = _vars(source), secret_keys(source)
+    found: list[Any] = [variables.get(name) for name in secret_variables()]
+    env = variables.get("hicache_container_env") or {}
+    if isinstance(env, Mapping):
+        found += [v for k, v in env.items() if str(k) in keys]
+    found += list(_secret_in_config(variables.get("hicache_extra_config") or {}, keys))
+    texts = {_env_text(v) for v in found if v is not None and not isinstance(v, (Mapping, list))}
+    texts |= {str(v) for value in found if isinstance(value, (Mapping, list)) for _, v in _walk(value) if v is not None}
+    return sorted((t for t in texts if t), key=len, reverse=True)
+
+
+def all_values(sources: Iterable[Any]) -> list[str]:
+    """The secret values of several hosts (one host's secret is masked in another's output too)."""
+    texts = {t for source in sources if source is not None for t in values(source)}
+    return sorted(texts, key=len, reverse=True)
+
+
+def _forms(value: str) -> list[str]:
+    """The ways a value appears in text we print: as is, JSON-escaped, inside a single-quoted shell word."""
+    forms = {value, json.dumps(value)[1:-1], value.replace("'", "'\"'\"'")}
+    return sorted((f for f in forms if len(f) >= MIN_TEXT_MASK), key=len, reverse=True)
+
+
+def mask_text(text: str, secret_values: Iterable[str]) -> str:
+    for value in secret_values:
+        for form in _forms(value):
+            if form in text:
+                text = text.replace(form, MASK)
+    return text
+
+
+def mask(obj: Any, secret_values: Iterable[str]) -> Any:
+    """A copy of any structure (dicts, lists, strings, dataclass-free JSON-like data) with every secret value
+    replaced by MASK wherever it appears in a string, keys included."""
+    secret_values = list(secret_values)
+    if not secret_values:
+        return obj
+    if isinstance(obj, str):
+        return mask_text(obj, secret_values)
+    if isinstance(obj, Mapping):
+        return {mask(k, secret_values): mask(v, secret_values) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [mask(v, secret_values) for v in obj]
+    if obj is not None and not isinstance(obj, (bool, int, float)) and str(obj) in secret_values:
+        return MASK
+    if isinstance(obj, (int, float)) and not isinstance(obj, bool) and str(obj) in secret_values:
+        return MASK
+    return obj
+
+
+def mask_config(config: Any, keys: frozenset[str]) -> Any:
+    """An extra config (or any mapping) with the values under secret keys replaced by MASK."""
+    if isinstance(config, Mapping):
+        return {k: (MASK if str(k) in keys and v is not None else mask_config(v, keys)) for k, v in config.items()}
+    if isinstance(config, list):
+        return [mask_config(v, keys) for v in config]
+    return config
+
+
+def mask_vars(source: Any) -> dict[str, Any]:
+    """A host's hicache_* variables with every secret replaced by MASK where it sits (and as text elsewhere)."""
+    variables, keys = dict(_vars(source)), secret_keys(source)
+    for name in secret_variables():
+        if variables.get(name) is not None:
+            variables[name] = MASK
+    for name in ("hicache_container_env", "hicache_extra_config"):
+        if isinstance(variables.get(name), Mapping):
+            variables[name] = mask_config(variables[name], keys)
+    return mask(variables, values(source))
+
+
+def env_file_text(env: Mapping[str, str]) -> str:
+    """`NAME=value` lines: what `docker/podman run --env-file` reads (the value verbatim to the end of the line)
+    and what serve.sh/run.sh export one line at a time with runtime none. `env_file_problems` keeps it parseable."""
+    header = "# Rendered by hicache-deploy: the container's secret environment (hicache_secret_keys). Mode 0600.\n"
+    return header + "".join(f"{name}={value}\n" for name, value in env.items())
+
+
+def env_file_problems(name: str, value: str) -> str | None:
+    """Why NAME=value cannot be one line of an env file read the same way by Docker, Podman and bash, or None."""
+    if not _ENV_NAME.match(name):
+        return f"{name!r} is not an environment variable name (letters, digits, _; not starting with a digit)"
+    if any(c in value for c in "\n\r\x00"):
+        return "contains a line break or NUL, which ends the env file's line"
+    if value[:1] in ("'", '"') or value[:1].isspace():
+        return "starts with a quote or a space, which Podman's --env-file strips or parses and Docker keeps"
+    return None
+
+
+def looks_secret(key: str) -> bool:
+    return bool(_LOOKS_SECRET.search(key))
+
+
+def check(d, out) -> None:
+    """The validate rule for secrets (registered by rules.py): env-file values that cannot be written, secret keys
+    that match nothing (a typo leaves the value in clear), and keys that look secret but are not marked."""
+    keys = secret_keys(d)
+    for name, value in container_secret_env(d).items():
+        problem = env_file_problems(name, value)
+        if problem:
+            out.error(f"hicache_container_env.{name}", "secret-env-file", f"is secret, so it goes to secrets.env, but it {problem}.",
+                      "remove the line break, leading quote or space from the value (or rename the variable).")
+    config_keys = {p for path, _ in _walk(d.extra_config or {}) for p in path}
+    known = set(map(str, (d.container_env or {}).keys())) | config_keys
+    for key in sorted(keys - known):
+        out.warn("hicache_secret_keys", "secret-key-unused", f"names {key!r}, which is neither a key of hicache_container_env nor of "
+                 "hicache_extra_config; a misspelt name leaves the value it meant in clear.", f"correct {key!r} or remove it.")
+    for name in map(str, (d.container_env or {}).keys()):
+        if name not in keys and looks_secret(name):
+            out.warn(f"hicache_container_env.{name}", "secret-not-marked", "looks like a secret but is not in hicache_secret_keys: it is "
+                     "written to run.sh/serve.sh, shown in `docker run`'s argv (ps) and printed by render and plan.",
+                     f"add {name} to hicache_secret_keys.")
+    for path, value in _walk(d.extra_config or {}):
+        if path and value is not None and not any(p in keys for p in path) and looks_secret(path[-1]) and isinstance(value, str):
+            out.warn("hicache_extra_config." + ".".join(path), "secret-not-marked", "looks like a secret but is not in hicache_secret_keys: "
+                     "it reaches SGLang's argv or a readable config file and is printed by render and plan.",
+                     f"add {path[-1]} to hicache_secret_keys.")
