@@ -82,8 +82,9 @@ def _get(url: str, timeout: float = 30) -> tuple[int, str]:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, ""
-    except (urllib.error.URLError, OSError):
-        return -1, ""
+    except (urllib.error.URLError, OSError) as exc:  # -1, and why nothing answered
+        reason = getattr(exc, "reason", None) or exc
+        return -1, (getattr(reason, "strerror", None) or str(reason)).lower()
 
 
 def wait_healthy(base_url: str, timeout: float, sleep=time.sleep) -> None:
@@ -96,6 +97,8 @@ def wait_healthy(base_url: str, timeout: float, sleep=time.sleep) -> None:
 
 def server_model(base_url: str) -> str:
     status, body = _get(base_url + "/v1/models")
+    if status == -1:
+        raise BenchError(f"nothing answers at {base_url} ({body}): is the server up (`hicachectl status`)?")
     if status != 200:
         raise BenchError(f"{base_url}/v1/models answered {status}: is the server up (`hicachectl status`)?")
     return json.loads(body)["data"][0]["id"]

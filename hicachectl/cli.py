@@ -1,39 +1,158 @@
 """hicachectl: deploy SGLang HiCache servers. Each command validates, calls the core, reports.
 
-Exit codes: 0 ok, 1 invalid inventory or a failed host, 2 usage (unknown inventory, bad option).
-Heavy imports (Ansible, Jinja) happen inside the commands so `--help` stays instant.
+Exit codes: EXIT_CODES below (the README's table is generated from it). Heavy imports (Ansible, Jinja)
+happen inside the commands so `--help` stays instant.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import inspect
 import pathlib
+import sys
 
 import typer
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.split("\n")[0],
-                  pretty_exceptions_enable=False)
-
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+# The one table of exit codes: `python -m hicachectl.readme --write` puts it in the README.
+EXIT_CODES = {
+    EXIT_OK: "ok: valid, rendered, deployed, measured",
+    EXIT_INVALID: "invalid inventory (a finding, a YAML error, an encrypted value without its password) or model config, a host that failed, "
+                  "was unreachable, interrupted or never reached, a server bench could not reach, or an unexpected error "
+                  "(one line; the details in a file it names)",
+    EXIT_USAGE: "usage: an unknown command or option, a bad option value (`size --tp 0`, `bench --concurrency 0`, a vault "
+                "password file that does not exist), an unknown inventory, `render --out` onto existing files without `--force`",
+}
+# doctor, verify and status follow DeepOps: 2 also means a host could not be checked.
+CHECK_EXIT_CODES = {
+    EXIT_OK: "nothing required is missing; every check passed (`not checked` only where `hicache_strict: false` tolerates it)",
+    EXIT_INVALID: "a required item is missing, a check failed, a server is not healthy or not running the inventory's config",
+    EXIT_USAGE: "a host could not be checked (or a usage error, as for every command)",
+}
+CHECK_COMMANDS = ("doctor", "verify", "status")
 
-InventoryOpt = typer.Option(..., "--inventory", "-i", help="Inventory name under inventories/, or a path.")
+
+class _App(typer.Typer):
+    """The typer app, with one handler for what no command expected: one line, the details in a file."""
+
+    def __call__(self, *args, **kwargs):
+        try:
+            return super().__call__(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - the last resort: never a traceback unless asked for
+            raise SystemExit(_unexpected(exc)) from None
+
+
+app = _App(add_completion=False, no_args_is_help=True, help=__doc__.split("\n")[0], pretty_exceptions_enable=False)
+_DEBUG = "--debug" in sys.argv[1:2]
+
+
+def _unexpected(exc: BaseException) -> int:
+    """One line for an unexpected error; the traceback goes to a file (0600) and, with --debug, to stderr."""
+    import datetime
+    import os
+    import tempfile
+    import traceback
+
+    text = "".join(traceback.format_exception(exc))
+    if _DEBUG:
+        sys.stderr.write(text)
+    where = None
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
+    home = pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache")
+    for folder in (pathlib.Path(os.environ["HICACHE_CACHE"]) if os.environ.get("HICACHE_CACHE") else home / "hicache-deploy",
+                   pathlib.Path(tempfile.gettempdir())):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(prefix=f"hicachectl-error-{stamp}-", suffix=".txt", dir=folder)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(f"hicachectl {_version()}: {' '.join(sys.argv[1:])}\n\n{text}")
+            where = name
+            break
+        except OSError:
+            continue
+    message = " ".join(str(exc).split()) or "(no message)"
+    _say(f"error: unexpected {type(exc).__name__}: {message[:300]}"
+         + (f" (details in {where}" + ("" if _DEBUG else "; --debug shows them here") + ")" if where else ""))
+    return EXIT_INVALID
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("hicache-deploy")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"hicachectl {_version()}")
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True, help="Print the version and exit."),
+          debug: bool = typer.Option(False, "--debug", help="Show the traceback of an unexpected error (it is always written to a file).")) -> None:
+    """Deploy SGLang HiCache servers: validate, render, plan, deploy, verify, bench."""
+    global _DEBUG
+    _DEBUG = _DEBUG or debug
+
+
+InventoryOpt = typer.Option(..., "--inventory", "-i", help="Inventory: ./inventories/NAME, a path, or a shipped profile (vast, netapp, adp, local).")
 LimitOpt = typer.Option(None, "--limit", "-l", help="Only these hosts (an Ansible host pattern).")
 JsonOpt = typer.Option(False, "--json", help="Machine-readable output on stdout.")
+# Vault, as ansible-playbook takes it; ANSIBLE_VAULT_PASSWORD_FILE and ANSIBLE_VAULT_IDENTITY_LIST work as well.
+VaultPasswordFileOpt = typer.Option([], "--vault-password-file", help="Vault password file (or client script); repeatable.",
+                                    rich_help_panel="Vault")
+VaultIdOpt = typer.Option([], "--vault-id", help="Vault identity ID@SOURCE, SOURCE a file, a script or `prompt`; repeatable.",
+                          rich_help_panel="Vault")
+AskVaultPassOpt = typer.Option(False, "--ask-vault-pass", help="Ask for the vault password.", rich_help_panel="Vault")
+
+
+def _with_vault(command):
+    """Gives a command that loads an inventory the vault options; they reach the in-process loader and every
+    playbook the command runs (hicachectl.inventory.use_vault)."""
+    signature = inspect.signature(command, eval_str=True)
+    added = {"vault_password_file": (list[str], VaultPasswordFileOpt), "vault_id": (list[str], VaultIdOpt),
+             "ask_vault_pass": (bool, AskVaultPassOpt)}
+
+    @functools.wraps(command)
+    def wrapper(*args, vault_password_file: list[str], vault_id: list[str], ask_vault_pass: bool, **kwargs):
+        from hicachectl import inventory
+
+        inventory.use_vault(inventory.VaultOptions(tuple(vault_password_file or ()), tuple(vault_id or ()), bool(ask_vault_pass)))
+        return command(*args, **kwargs)
+
+    wrapper.__signature__ = signature.replace(parameters=[*signature.parameters.values(), *(
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind) for name, (kind, option) in added.items())])
+    wrapper.__annotations__ = {**{n: p.annotation for n, p in signature.parameters.items()}, **{n: k for n, (k, _) in added.items()}}
+    return wrapper
 
 
 def _say(message: str) -> None:
     typer.echo(message, err=True)
 
 
+def _usage(message: str) -> typer.Exit:
+    """A bad option value: one line, exit 2 (as typer's own usage errors)."""
+    _say(f"error: {message}")
+    return typer.Exit(EXIT_USAGE)
+
+
 def _load(inventory: str, limit: str | None):
     from hicachectl import inventory as inv
 
     try:
-        return inv.load(inventory, limit)
+        loaded = inv.load(inventory, limit)
     except inv.InventoryError as exc:
         _say(f"error: {exc}")
-        raise typer.Exit(EXIT_USAGE) from exc
+        raise typer.Exit(exc.exit_code) from exc
+    for note in loaded.notes:
+        _say(f"note: Ansible, reading {loaded.path}: {note}")
+    return loaded
 
 
 def _check(inventory: str, limit: str | None, overrides: dict | None = None):
@@ -46,15 +165,29 @@ def _check(inventory: str, limit: str | None, overrides: dict | None = None):
         deployment, host_findings = rules.check_host(host, {**variables, **(overrides or {})})
         deployments[host] = deployment
         findings.extend(host_findings)
-    return inv, deployments, findings
+    findings.extend(rules.check_fleet(inv.hosts, getattr(inv, "connections", None)))  # across hosts: one machine twice
+    return inv, deployments, _masked_findings(findings, inv.hosts.values())
+
+
+def _masked_findings(findings: list, host_variables) -> list:
+    """Findings never quote a secret value (a finding may quote the value it refuses): ******** instead."""
+    from hicachectl import secrets
+
+    hidden = secrets.all_values(host_variables)
+    return [dataclasses.replace(f, message=secrets.mask_text(f.message, hidden), fix=secrets.mask_text(f.fix, hidden))
+            for f in findings] if hidden else findings
 
 
 def _print_findings(inv, findings) -> None:
-    for finding in findings:
-        _say(finding.format(inv.name))
+    """The same finding on many hosts is one line, the hosts counted and named compactly (--json keeps one per host)."""
+    from hicachectl import rules
+
+    for finding, hosts in rules.group_findings(findings):
+        _say(finding.format(inv.name, hosts))
 
 
 @app.command()
+@_with_vault
 def validate(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bool = JsonOpt) -> None:
     """Check every host's variables against SGLang's, NIXL's and the storage's rules. Touches no host."""
     from hicachectl import report, rules
@@ -73,11 +206,13 @@ def validate(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: 
 
 
 @app.command()
+@_with_vault
 def render(inventory: str = InventoryOpt, host: str | None = typer.Option(None, "--host", help="Only this host."),
            out: pathlib.Path | None = typer.Option(None, "--out", help="Write <out>/<host>/<file> instead of printing."),
+           force: bool = typer.Option(False, "--force", help="With --out: replace files already there."),
            json: bool = JsonOpt) -> None:
     """Show (or write) the exact start.sh, run.sh and backend config each host would receive."""
-    from hicachectl import launch, report, rules
+    from hicachectl import launch, report, rules, secrets
     from hicachectl import render as rendering
 
     inv, deployments, findings = _check(inventory, host)
@@ -85,22 +220,49 @@ def render(inventory: str = InventoryOpt, host: str | None = typer.Option(None, 
         _print_findings(inv, findings)
         _say("invalid inventory: nothing rendered.")
         raise typer.Exit(EXIT_INVALID)
+    hidden = secrets.all_values(deployments.values())  # shown as ******** (files holding secrets show their masked text)
+    if out is not None:
+        _clear_out(out, {name: [f.name for f in rendering.files(d)] for name, d in deployments.items()}, force)
     payload = {}
     for name, deployment in deployments.items():
         files = rendering.files(deployment)
-        payload[name] = dict(launch.summary(deployment), files={f.name: f.content for f in files})
+        payload[name] = secrets.mask(dict(launch.summary(deployment), files={f.name: f.shown for f in files}), hidden)
         if out is not None:
             target = out / name
             target.mkdir(parents=True, exist_ok=True)
             for f in files:
-                (target / f.name).write_text(f.content)
-                (target / f.name).chmod(int(f.mode, 8))
+                _write_rendered(target / f.name, f.content, int(f.mode, 8))
             _say(f"{name}: wrote {', '.join(f.name for f in files)} to {target}")
         elif not json:
             for f in files:
-                typer.echo(f"==> {name}/{f.name} <==\n{f.content}")
+                typer.echo(secrets.mask_text(f"==> {name}/{f.name} <==\n{f.shown}", hidden))
     if json:
         report.emit_json({"inventory": inv.name, "hosts": payload})
+
+
+def _write_rendered(path: pathlib.Path, content: str, mode: int) -> None:
+    """A new file created with its mode (a 0600 secrets file is never readable by others, not even for a moment)."""
+    import os
+
+    if path.is_symlink() or path.exists():
+        path.unlink()  # _clear_out refused files already there unless --force; never write through a symlink
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
+    with os.fdopen(fd, "w") as handle:
+        os.fchmod(handle.fileno(), mode)  # the umask may have taken bits off
+        handle.write(content)
+
+
+def _clear_out(out: pathlib.Path, files: dict[str, list[str]], force: bool) -> None:
+    """render --out writes <out>/<host>/<file>: never over a file that is there, unless --force."""
+    blocking = [p for p in [out, *(out / h for h in files)] if p.exists() and not p.is_dir()]
+    if blocking:
+        raise _usage(f"--out: {blocking[0]} is a file, not a directory; nothing was written.")
+    there = [out / h / f for h, names in files.items() for f in names if (out / h / f).exists() or (out / h / f).is_symlink()]
+    if there and not force:
+        raise _usage(f"--out: {len(there)} file(s) already there ({there[0]}{', ...' if len(there) > 1 else ''}); "
+                     "nothing was written. Add --force to replace them, or choose another --out.")
+    for path in there:
+        path.unlink()
 
 
 @app.command()
@@ -117,10 +279,12 @@ def init(profile: str = typer.Option(..., help="One of the shipped inventories: 
         raise typer.Exit(EXIT_USAGE) from exc
     for path in written:
         typer.echo(f"wrote {path}")
-    typer.echo(f"next: edit {out}/group_vars/all.yml, then `hicachectl validate --inventory {out}`.")
+    name = out.name if out.resolve().parent == pathlib.Path.cwd().resolve() / "inventories" else str(out)
+    typer.echo(f"next: edit {out}/group_vars/all.yml, then `hicachectl validate -i {name}`.")
 
 
 @app.command()
+@_with_vault
 def size(config: pathlib.Path = typer.Option(..., "--config", help="The model's config.json, or its directory."),
          inventory: str | None = typer.Option(None, "--inventory", "-i", help="Take tp, pp, page size and workload from this inventory."),
          host: str | None = typer.Option(None, "--host", help="The inventory host to read (default: the first)."),
@@ -138,8 +302,14 @@ def size(config: pathlib.Path = typer.Option(..., "--config", help="The model's 
 
     overrides = dict(tp_size=tp, pp_size=pp, page_size=page_size, kv_cache_dtype=kv_dtype, context_tokens=context,
                      concurrency=concurrency, prefixes=prefixes, target_warm_ttft_s=ttft)
+    if not config.exists():
+        raise _usage(f"--config {config}: no such file or directory.")
     try:
         shape = sizing.model_shape(sizing.load_config(config))
+    except sizing.SizingError as exc:  # the model's config cannot be read or sized: invalid input, as an inventory
+        _say(f"error: {exc}")
+        raise typer.Exit(EXIT_INVALID) from exc
+    try:
         if inventory:
             _, deployments, _ = _check(inventory, host)
             d = next((d for d in deployments.values() if d is not None), None)
@@ -150,9 +320,8 @@ def size(config: pathlib.Path = typer.Option(..., "--config", help="The model's 
         else:
             workload = sizing.Workload(**{k: v for k, v in overrides.items() if v is not None})
         result = sizing.size(shape, workload)
-    except sizing.SizingError as exc:
-        _say(f"error: {exc}")
-        raise typer.Exit(EXIT_INVALID) from exc
+    except sizing.SizingError as exc:  # a shape or workload value it cannot use: a bad option value
+        raise _usage(str(exc)) from exc
     if json:
         report.emit_json(result.as_dict())
     else:
@@ -160,6 +329,7 @@ def size(config: pathlib.Path = typer.Option(..., "--config", help="The model's 
 
 
 @app.command()
+@_with_vault
 def plan(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bool = JsonOpt,
          diff: bool = typer.Option(True, "--diff/--no-diff", help="Show the content of each planned change.")) -> None:
     """Dry run: what a deploy would change on each host (Ansible check mode with diff). Changes nothing."""
@@ -167,6 +337,7 @@ def plan(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bool
 
 
 @app.command()
+@_with_vault
 def doctor(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bool = JsonOpt) -> None:
     """What each host has (OS, GPUs, NICs, RDMA, NFS client, runtime, RAM, disk) against what its inventory needs.
 
@@ -201,6 +372,7 @@ def doctor(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bo
 
 
 @app.command()
+@_with_vault
 def deploy(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bool = JsonOpt,
            check: bool = typer.Option(False, "--check", help="Dry run, as `plan`."),
            diff: bool = typer.Option(False, "--diff/--no-diff", help="Show the content of each change.")) -> None:
@@ -209,6 +381,7 @@ def deploy(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bo
 
 
 @app.command()
+@_with_vault
 def status(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bool = JsonOpt) -> None:
     """Per host: unit state, since when, image, the config it runs (the inventory's, pending restart, or
     another), /health, and whether the running server (/server_info) agrees with the inventory.
@@ -252,6 +425,7 @@ def status(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bo
 
 
 @app.command()
+@_with_vault
 def verify(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bool = JsonOpt,
            l3: bool = typer.Option(False, "--l3", help="Also prove L3 persistence: write a long prompt, restart the server "
                                                         "(hicache_serial hosts at a time), and require hits from storage.")) -> None:
@@ -308,6 +482,7 @@ def verify(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bo
 
 
 @app.command()
+@_with_vault
 def bench(inventory: str | None = typer.Option(None, "--inventory", "-i", help="Benchmark a host of this inventory (reached over SSH as Ansible reaches it)."),
           host: str | None = typer.Option(None, "--host", help="The inventory host (default: the first)."),
           url: str | None = typer.Option(None, "--url", help="Or a server's base URL, e.g. http://gpu-01:8000."),
@@ -334,9 +509,12 @@ def bench(inventory: str | None = typer.Option(None, "--inventory", "-i", help="
         levels = sorted({int(c) for c in concurrency.split(",") if c.strip()})
     except ValueError:
         levels = []
-    if (inventory is None) == (url is None) or not levels or min(levels) < 1 or input_len < 1:
-        _say("error: give exactly one of --inventory and --url, concurrency levels >= 1 and --input-len >= 1.")
-        raise typer.Exit(EXIT_USAGE)
+    if (inventory is None) == (url is None):
+        raise _usage("give exactly one of --inventory and --url.")
+    if not levels or min(levels) < 1:
+        raise _usage(f"--concurrency {concurrency!r}: give whole numbers >= 1 separated by commas, e.g. 1,2,4.")
+    if input_len < 1:
+        raise _usage(f"--input-len {input_len}: give at least 1.")
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
     salt = f"{stamp}-{secrets.token_hex(4)}"  # never a prompt an earlier run put on L3
     out = out or pathlib.Path(f"hicache-bench-{stamp}")
@@ -392,11 +570,25 @@ def _bench_target(inventory: str | None, host: str | None, url: str | None, rest
         if not result.succeeded:
             raise benching.BenchError(f"restarting {name} failed: {'; '.join(result.hosts[name].reasons) if name in result.hosts else 'not run'}")
 
-    with tunnel.forward(inventories.connection(inventory, name), name, d.effective_port, d.local_host) as base_url:
+    try:
+        conn = inventories.connection(inventory, name)
+    except inventories.InventoryError as exc:
+        _say(f"error: {exc}")
+        raise typer.Exit(exc.exit_code) from exc
+    with contextlib.ExitStack() as stack:
+        try:
+            base_url = stack.enter_context(tunnel.forward(conn, name, d.effective_port, d.local_host))
+        except Exception as exc:  # paramiko's and the socket's: say what could not be reached
+            if not isinstance(exc, OSError | EOFError) and not type(exc).__module__.startswith("paramiko"):
+                raise
+            where = f"{conn.get('ansible_host', name)}:{conn.get('ansible_port', 22)}"
+            _say(f"error: cannot open the bench tunnel to {name}: SSH at {where} did not let us in ({exc or type(exc).__name__}).")
+            raise typer.Exit(EXIT_INVALID) from exc
         yield benching.Target(base_url, d.served_name, restart, f"restart of {name} (hicachectl restart)"), f"{name} of {inv.name}"
 
 
 @app.command()
+@_with_vault
 def upgrade(image: str = typer.Option(..., "--image", help="The new image, pinned by tag or digest."),
             inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bool = JsonOpt,
             check: bool = typer.Option(False, "--check", help="Dry run.")) -> None:
@@ -407,6 +599,7 @@ def upgrade(image: str = typer.Option(..., "--image", help="The new image, pinne
 
 
 @app.command()
+@_with_vault
 def restart(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bool = JsonOpt,
             check: bool = typer.Option(False, "--check", help="Dry run.")) -> None:
     """Restart the servers in batches (hicache_serial, default 1 host), each waited for on /health."""
@@ -414,6 +607,7 @@ def restart(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: b
 
 
 @app.command()
+@_with_vault
 def rollback(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bool = JsonOpt,
              check: bool = typer.Option(False, "--check", help="Dry run.")) -> None:
     """Put each host's previous config (and image) back, restart, and wait for /health."""
@@ -472,13 +666,14 @@ def _host_reason(h) -> str:
 
 def _run(playbook: str, inventory: str, limit: str | None, json: bool, *, check: bool, show_diff: bool, verb: str,
          extravars: dict | None = None, rolling: bool = False) -> None:
-    from hicachectl import report, rules, runner
+    from hicachectl import report, rules, runner, secrets
 
     inv, deployments, findings = _check(inventory, limit, extravars)
     if rules.has_errors(findings):
         _print_findings(inv, findings)
         _say("invalid inventory: no host was contacted.")
         raise typer.Exit(EXIT_INVALID)
+    hidden = secrets.all_values(deployments.values())  # diffs (an old start.sh's), notes and reasons show them as ********
 
     def progress(host: str, task: str, status: str) -> None:
         if status != "ok":
@@ -491,26 +686,27 @@ def _run(playbook: str, inventory: str, limit: str | None, json: bool, *, check:
                                  extravars=extravars, hosts=deployments)
     _release_locks_after(result, inv, run_id)
     if json:
-        report.emit_json({"inventory": inv.name, "check": check, "ok": result.succeeded, "interrupted": result.interrupted,
-                          "hosts": {h: r.as_dict() | {"reason": _host_reason(r)} for h, r in sorted(result.hosts.items())}})
+        report.emit_json(secrets.mask({"inventory": inv.name, "check": check, "ok": result.succeeded, "interrupted": result.interrupted,
+                                       "hosts": {h: r.as_dict() | {"reason": _host_reason(r)} for h, r in sorted(result.hosts.items())}}, hidden))
     else:
         for name, host in sorted(result.hosts.items()):
             for change in host.changes:
                 typer.echo(f"{name}: {verb}: {change.task}" + (f" [{change.item}]" if change.item else ""))
                 if show_diff:
                     for entry in change.diff:
-                        text = report.unified_diff(entry)
+                        text = secrets.mask_text(report.unified_diff(entry), hidden)
                         if text:
                             typer.echo(text.rstrip("\n"))
         for name, host in sorted(result.hosts.items()):
             for note in host.notes:
-                typer.echo(f"{name}: note: {note}")
+                typer.echo(secrets.mask_text(f"{name}: note: {note}", hidden))
             for gap in host.gaps:
-                typer.echo(f"{name}: degraded: {gap}")
+                typer.echo(secrets.mask_text(f"{name}: degraded: {gap}", hidden))
         if result.interrupted:
             typer.echo(f"INTERRUPTED: {result.interrupted}; no host's outcome is known.")
         typer.echo("")
         typer.echo(report.table(["host", "status", "ok", "changed", "failed", "reason"],
-                                [[h.host, verb if check and h.status == "changed" else h.status, h.ok, h.changed, h.failed, _host_reason(h)]
+                                [[h.host, verb if check and h.status == "changed" else h.status, h.ok, h.changed, h.failed,
+                                  secrets.mask_text(_host_reason(h), hidden)]
                                  for h in sorted(result.hosts.values(), key=lambda r: r.host)]))
     raise typer.Exit(EXIT_OK if result.succeeded else EXIT_INVALID)

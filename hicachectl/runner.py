@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import shlex
 import signal
 import sys
 import tempfile
@@ -215,7 +216,12 @@ def run_playbook(playbook: str, inventory: pathlib.Path, *, limit: str | None = 
     """Run one playbook; `hosts` are the hosts it targets, each of which gets a result (\"not run\" if never reached)."""
     import ansible_runner
 
-    cmdline = []
+    from hicachectl import inventory as inventories
+
+    # The vault secrets of the in-process loader, for ansible-playbook too: its arguments, the answers to its
+    # password prompts (a typed password stays in memory), the environment with absolute paths.
+    vault_args, vault_answers, vault_env = inventories.vault_for_runner()
+    cmdline = list(vault_args)
     if check:
         cmdline.append("--check")
     if diff:
@@ -233,14 +239,15 @@ def run_playbook(playbook: str, inventory: pathlib.Path, *, limit: str | None = 
             limit=limit,
             tags=tags,
             extravars=extravars or {},
-            cmdline=" ".join(cmdline) or None,
+            cmdline=" ".join(map(shlex.quote, cmdline)) or None,
+            passwords=vault_answers or None,
             # ansible-runner starts from this process's environment; these are ours. The Ansible
             # installed beside this Python runs, even when its venv is not activated.
             # ansible-runner sets ANSIBLE_CALLBACK_PLUGINS for its own callback, which hides
             # ansible.cfg's callback_plugins; it keeps a value given here beside its own.
             envvars={"ANSIBLE_CONFIG": str(ANSIBLE_CFG), "ANSIBLE_NOCOLOR": "1", "HICACHE_SKIPS_FILE": str(skips),
                      "ANSIBLE_CALLBACK_PLUGINS": str(PROJECT_ROOT / "plugins" / "callback"),
-                     "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])},
+                     "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]), **vault_env},
             event_handler=collector,
             cancel_callback=cancelled,
             quiet=True,

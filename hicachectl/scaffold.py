@@ -11,6 +11,7 @@ import yaml
 from hicachectl.inventory import INVENTORIES
 
 PROFILES = ("vast", "netapp", "adp", "local")
+LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")  # the only hosts `init` reaches without SSH
 _HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -34,8 +35,12 @@ def init(profile: str, hosts: list[str], out: pathlib.Path) -> list[pathlib.Path
     (out / "host_vars").mkdir(exist_ok=True)
     template = yaml.safe_load((source / "hosts.yml").read_text())
     first_group_hosts = next(iter(template["all"]["children"].values()))["hosts"]
-    connection = next(iter(first_group_hosts.values())) or None  # keep e.g. ansible_connection for local
-    inventory = {"all": {"children": {"hicache_servers": {"hosts": {h: connection for h in hosts}}}}}
+    local = next(iter(first_group_hosts.values())) or None  # e.g. ansible_connection: local, for this machine only
+    inventory = {"all": {"children": {"hicache_servers": {"hosts": {h: local if h in LOCAL_NAMES else None for h in hosts}}}}}
     hosts_file = out / "hosts.yml"
-    hosts_file.write_text(f"---\n# Made by `hicachectl init --profile {profile}`.\n" + yaml.safe_dump(inventory, sort_keys=False))
+    remote = [h for h in hosts if h not in LOCAL_NAMES]
+    hosts_file.write_text(f"---\n# Made by `hicachectl init --profile {profile}`."
+                          + ("\n# Reached over SSH (known_hosts, your SSH config); set ansible_host, ansible_user or"
+                             " ansible_port per host where needed." if remote else "") + "\n"
+                          + yaml.safe_dump(inventory, sort_keys=False))
     return [hosts_file] + sorted((out / "group_vars").rglob("*.yml"))
