@@ -332,8 +332,9 @@ VARIABLES: tuple[Var, ...] = (
     _v("hicache_storage_options", "list", [], "Further mount options, appended as given.", role="storage",
        domain=Domain("mount options", ["noatime"], "mount-option", items=Domain("a mount option without spaces, commas, # or backslashes", "noatime", "mount-option", pattern=r"[^\s,#\\]+"), item_types=("str",))),
     _v("hicache_storage_device", "str", None, "Local tier: a block device (or UUID=...) to mount at hicache_cache_dir; None uses the directory as it is.", role="storage",
-       domain=Domain("a device path, or UUID=/LABEL=/PARTUUID=/PARTLABEL= without spaces (a field of /etc/fstab)", "/dev/nvme1n1", "fstab-field",
-              pattern=r'/[^\s\\]+|(?:UUID|LABEL|PARTUUID|PARTLABEL)=(?:"[^\s"\\]+"|[^\s"\\]+)')),
+       domain=Domain("a device path, UUID=/LABEL=/PARTUUID=/PARTLABEL=, or the source name of a filesystem without a device (tmpfs), "
+                     "without spaces (a field of /etc/fstab)", "/dev/nvme1n1", "fstab-field",
+              pattern=r'/[^\s\\]+|(?:UUID|LABEL|PARTUUID|PARTLABEL)=(?:"[^\s"\\]+"|[^\s"\\]+)|[A-Za-z0-9][A-Za-z0-9._+-]*')),
     _v("hicache_storage_fstype", "str", "xfs", "Local tier: filesystem of hicache_storage_device.", role="storage",
        domain=Domain("a filesystem type: lowercase letters, digits and . _ + -", "xfs", "fstab-field", pattern=r"[a-z0-9][a-z0-9._+-]*")),
     _v("hicache_storage_mount_timeout", "int", 60, "Seconds systemd waits for the mount at boot (x-systemd.mount-timeout); with nofail a storage outage never blocks boot.", role="storage",
