@@ -18,9 +18,8 @@ import re
 from typing import Any
 
 from hicachectl.model import PREFIX
+from hicachectl.paths import INVENTORIES
 
-PROJECT_ROOT = pathlib.Path(__file__).resolve().parent.parent
-INVENTORIES = PROJECT_ROOT / "inventories"
 VAULT_HOWTO = ("pass --vault-password-file FILE, --vault-id ID@FILE or --ask-vault-pass "
                "(or set ANSIBLE_VAULT_PASSWORD_FILE)")
 

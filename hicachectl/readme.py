@@ -3,10 +3,12 @@ without --write it exits 1 when the README has drifted, as `python -m hicachectl
 
 from __future__ import annotations
 
-import pathlib
 import sys
 
-README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+from hicachectl import paths
+
+# A checkout-only tool: an installed package carries no README (main() says so).
+README = paths.CHECKOUT / "README.md" if paths.CHECKOUT is not None else None
 START, END = "<!-- exit-codes:start -->", "<!-- exit-codes:end -->"
 
 
@@ -26,6 +28,7 @@ def wanted(text: str) -> str:
 
 
 def main(argv: list[str]) -> int:
+    paths.checkout()
     text = README.read_text()
     new = wanted(text)
     if new == text:

@@ -6,15 +6,13 @@ import dataclasses
 import functools
 import hashlib
 import json
-import pathlib
 import re
 import shlex
 
 import jinja2
 
 from hicachectl import launch, secrets
-
-TEMPLATES = pathlib.Path(__file__).resolve().parent.parent / "templates"
+from hicachectl.paths import TEMPLATES
 
 
 @dataclasses.dataclass(frozen=True)

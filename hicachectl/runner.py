@@ -15,10 +15,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from hicachectl.inventory import PROJECT_ROOT
-
-PLAYBOOKS = PROJECT_ROOT / "playbooks"
-ANSIBLE_CFG = PROJECT_ROOT / "ansible.cfg"
+from hicachectl.paths import ANSIBLE_CFG, CALLBACK_PLUGINS, PLAYBOOKS
 
 
 @dataclasses.dataclass
@@ -246,7 +243,7 @@ def run_playbook(playbook: str, inventory: pathlib.Path, *, limit: str | None = 
             # ansible-runner sets ANSIBLE_CALLBACK_PLUGINS for its own callback, which hides
             # ansible.cfg's callback_plugins; it keeps a value given here beside its own.
             envvars={"ANSIBLE_CONFIG": str(ANSIBLE_CFG), "ANSIBLE_NOCOLOR": "1", "HICACHE_SKIPS_FILE": str(skips),
-                     "ANSIBLE_CALLBACK_PLUGINS": str(PROJECT_ROOT / "plugins" / "callback"),
+                     "ANSIBLE_CALLBACK_PLUGINS": str(CALLBACK_PLUGINS),
                      "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]), **vault_env},
             event_handler=collector,
             cancel_callback=cancelled,

@@ -447,8 +447,12 @@ def _main() -> int:  # pragma: no cover - exercised by the drift test through su
 
     parser = argparse.ArgumentParser(description="Write roles/*/meta/argument_specs.yml from the catalogue.")
     parser.add_argument("--write", action="store_true")
-    parser.add_argument("--roles-dir", default=str(pathlib.Path(__file__).resolve().parent.parent / "roles"))
+    parser.add_argument("--roles-dir", default=None, help="default: the checkout's roles/ (a checkout-only tool)")
     args = parser.parse_args()
+    if args.roles_dir is None:
+        from hicachectl.paths import checkout  # here: the catalogue imports nothing of ours
+
+        args.roles_dir = str(checkout() / "roles")
     _IndentedDumper = _indented_dumper()
     drift = 0
     roles_dir = pathlib.Path(args.roles_dir)
