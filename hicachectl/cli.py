@@ -710,3 +710,32 @@ def _run(playbook: str, inventory: str, limit: str | None, json: bool, *, check:
                                   secrets.mask_text(_host_reason(h), hidden)]
                                  for h in sorted(result.hosts.values(), key=lambda r: r.host)]))
     raise typer.Exit(EXIT_OK if result.succeeded else EXIT_INVALID)
+
+
+@app.command()
+@_with_vault
+def monitoring(inventory: str = InventoryOpt,
+               out: pathlib.Path = typer.Option(..., "--out", help="Directory for prometheus.yml, targets/, rules/ and grafana/."),
+               force: bool = typer.Option(False, "--force", help="Replace files already there.")) -> None:
+    """Prometheus scrape targets (file_sd), alert rules and a Grafana dashboard for the inventory's servers. Touches no host."""
+    from hicachectl import monitoring as monitor
+    from hicachectl import rules
+
+    inv, deployments, findings = _check(inventory, None)
+    if rules.has_errors(findings):
+        _print_findings(inv, findings)
+        _say("invalid inventory: nothing rendered.")
+        raise typer.Exit(EXIT_INVALID)
+    rendered = monitor.render(inv.path.name, deployments, getattr(inv, "connections", None) or {})
+    folders: dict[str, list[str]] = {}
+    for relative in rendered.files:
+        folder, _, name = relative.rpartition("/")
+        folders.setdefault(folder or ".", []).append(name)
+    _clear_out(out, folders, force)
+    for relative, content in rendered.files.items():
+        (out / relative).parent.mkdir(parents=True, exist_ok=True)
+        _write_rendered(out / relative, content, 0o644)
+    for note in rendered.notes:
+        _say(f"note: {note}")
+    typer.echo(f"wrote {', '.join(rendered.files)} to {out}: {len(rendered.targets)} target(s); "
+               f"load {out / monitor.DASHBOARD_FILE} into Grafana.")

@@ -74,6 +74,11 @@ class Server:
         self.lock = threading.Lock()
         self.gpu = threading.Lock()
         self.metrics = {"prompt_tokens_total": 0, "storage_hit": 0, "backuped": 0, "requests": 0}
+        # Also SGLang's (python/sglang/srt/observability/metrics_collector.py, 0.5.20-0.5.23): the scheduler's
+        # running/queued gauges and the tokenizer's TTFT histogram, with SGLang's default TTFT buckets.
+        self.running = self.queued = 0
+        self.ttft_counts = {}  # is_streaming -> [count per bucket], then the sum and count
+        self.ttft_sum = {}
         if self.l3:
             os.makedirs(self.l3, exist_ok=True)
 
@@ -102,8 +107,15 @@ class Server:
                     break
                 hit_pages += 1
         cached = hit_pages * self.args.page_size
+        with self.lock:
+            self.queued += 1
         with self.gpu:  # one prefill at a time, as one GPU: concurrent prompts queue
+            with self.lock:
+                self.queued -= 1
+                self.running += 1
             time.sleep(((len(tokens) - cached) * self.prefill_us + cached * self.load_us) / 1e6)
+            with self.lock:
+                self.running -= 1
         written = 0
         if self.l3 and self.args.hicache_write_policy != "write_back":  # write-through of the pages not yet in L3
             for key in keys[hit_pages:]:
@@ -117,15 +129,46 @@ class Server:
             self.metrics["requests"] += 1
         return len(tokens), cached
 
+    def observe_ttft(self, seconds, streaming):
+        """SGLang's sglang:time_to_first_token_seconds (labels model_name, engine_type, is_streaming)."""
+        key = "true" if streaming else "false"
+        with self.lock:
+            counts = self.ttft_counts.setdefault(key, [0] * len(TTFT_BUCKETS))
+            for i, bound in enumerate(TTFT_BUCKETS):
+                if seconds <= bound:
+                    counts[i] += 1
+            self.ttft_sum[key] = self.ttft_sum.get(key, 0.0) + seconds
+
     def metrics_text(self):
         m, backend = self.metrics, self.args.hicache_storage_backend or "none"
-        return "".join([
+        lines = [
             f'sglang:prompt_tokens_total{{model_name="{self.args.served_model_name}"}} {m["prompt_tokens_total"]}\n',
             f'sglang:cached_tokens_total{{cache_source="storage"}} {m["storage_hit"]}\n',
             f'sglang:storage_prefetch_hit_tokens_total{{storage_backend="{backend}",tp_rank="0"}} {m["storage_hit"]}\n',
             f'sglang:backuped_tokens_total{{storage_backend="{backend}",tp_rank="0"}} {m["backuped"]}\n',
             f'sglang:num_requests_total {m["requests"]}\n',
-        ])
+        ]
+        sched = f'model_name="{self.args.served_model_name}",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"'
+        lines += [f"sglang:num_running_reqs{{{sched}}} {self.running}\n", f"sglang:num_queue_reqs{{{sched}}} {self.queued}\n"]
+        for streaming, counts in sorted(self.ttft_counts.items()):
+            labels = f'model_name="{self.args.served_model_name}",engine_type="unified",is_streaming="{streaming}"'
+            lines += [f'sglang:time_to_first_token_seconds_bucket{{{labels},le="{float(b)}"}} {c}\n' for b, c in zip(TTFT_BUCKETS, counts, strict=True)]
+            lines += [f'sglang:time_to_first_token_seconds_bucket{{{labels},le="+Inf"}} {counts[-1]}\n',
+                      f"sglang:time_to_first_token_seconds_sum{{{labels}}} {self.ttft_sum[streaming]}\n",
+                      f"sglang:time_to_first_token_seconds_count{{{labels}}} {counts[-1]}\n"]
+        if self.l3:  # SGLang's StorageMetricsCollector exists only with a storage backend
+            storage = f'storage_backend="{backend}",tp_rank="0"'
+            # tokens read back from L3 (here: every storage hit is read in full, nothing times out)
+            lines.append(f"sglang:prefetched_tokens_total{{{storage}}} {m['storage_hit']}\n")
+            # SGLang creates every reason's series at 0 when the collector starts
+            lines += [f'sglang:storage_prefetch_unfulfilled_tokens_total{{{storage},reason="{reason}"}} 0\n' for reason in UNFULFILLED_REASONS]
+        return "".join(lines)
+
+
+# SGLang's default TTFT buckets and the prefetch reasons it pre-creates (0.5.23; 0.5.21 lacks deadline).
+TTFT_BUCKETS = [0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400]
+UNFULFILLED_REASONS = ("below_threshold", "host_capacity", "device_capacity", "device_covered", "storage_transfer", "deadline",
+                       "anchor_lost", "aux_window_trim", "device_overlap", "cache_admission_shortfall", "dropped")
 
 
 def handler_for(server):
@@ -167,7 +210,9 @@ def handler_for(server):
             if body.get("model") not in (None, server.args.served_model_name):
                 return self.send(404, {"error": f"model {body.get('model')} not found"})
             prompt = " ".join(m.get("content", "") for m in body.get("messages", []) if isinstance(m.get("content"), str))
+            arrived = time.monotonic()
             prompt_tokens, cached = server.prefill(prompt)
+            server.observe_ttft(time.monotonic() - arrived, bool(body.get("stream")))
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": 1, "total_tokens": prompt_tokens + 1}
             if server.args.enable_cache_report:
                 usage["prompt_tokens_details"] = {"cached_tokens": cached}
