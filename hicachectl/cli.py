@@ -637,10 +637,7 @@ def _release_locks_after(result, inv, run_id: str) -> None:
     lock: release them (only this run's), or name them."""
     from hicachectl import runner
 
-    held = sorted(h for h, r in result.hosts.items() if not r.good)
-    if result.interrupted is None and not held:
-        return
-    held = sorted(result.hosts) if result.interrupted else held
+    held = sorted(result.hosts) if result.interrupted else sorted(h for h, r in result.hosts.items() if not r.good)
     if not held:
         return
     released = runner.run_playbook("unlock.yml", inv.path, limit=",".join(held), hosts=held, extravars={"__hicache_run_id": run_id})
