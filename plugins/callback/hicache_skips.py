@@ -1,3 +1,5 @@
+# Copyright: hicache-deploy developers
+# SPDX-License-Identifier: Apache-2.0
 """Record why each task was skipped, for hicachectl's per-host report.
 
 ansible-runner's events for skipped tasks carry no result, so the reason (hicache_skip's message or
@@ -6,18 +8,24 @@ the false condition) would be lost; this writes one JSON line per skip to $HICAC
 
 from __future__ import annotations
 
-import json
-import os
-
-from ansible.plugins.callback import CallbackBase
-
 DOCUMENTATION = r"""
 name: hicache_skips
 type: aggregate
 short_description: Write skip reasons to $HICACHE_SKIPS_FILE
-description: One JSON line per skipped task and host, with the reason. Does nothing when the variable is unset.
-requirements: [enable in callbacks_enabled]
+description:
+  - Appends one JSON line per skipped task and host (loop items included) to the file named by the environment variable
+    E(HICACHE_SKIPS_FILE), with the host, the task and the reason (the false condition, or the skip message).
+  - ansible-runner's events for skipped tasks carry no result, so hicachectl reads the reasons from this file for its per-host report.
+  - Does nothing when the variable is unset.
+requirements:
+  - Enabled in C(callbacks_enabled) (ansible.cfg or E(ANSIBLE_CALLBACKS_ENABLED)).
+author: hicache-deploy developers (@hicache-deploy)
 """
+
+import json  # noqa: E402 (imports below the documentation, as ansible-test's validate-modules wants)
+import os  # noqa: E402
+
+from ansible.plugins.callback import CallbackBase  # noqa: E402
 
 
 class CallbackModule(CallbackBase):

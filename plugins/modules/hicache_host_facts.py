@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: hicache-deploy developers
+# SPDX-License-Identifier: Apache-2.0
 """Read (never change) what a GPU host has: OS, kernel, GPUs, NICs, RDMA, NFS client, tools, memory, disk.
 
 The judgement of these facts against an inventory lives on the controller (hicachectl/preflight.py);
@@ -10,17 +12,95 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: hicache_host_facts
 short_description: Read what a GPU host has for hicache-deploy
-description: Reads OS, kernel, GPUs, network interfaces, RDMA devices, NFS client support, tools, memory, free disk and the block devices behind UUID=/LABEL= names.
+description:
+  - Reads the OS, kernel, Python, tools, kernel modules, filesystems, network interfaces, RDMA devices, the VAST NFS bundle,
+    GPUs, container engines, memory, free disk, the sunrpc slot table, systemd and the block devices behind C(UUID=)/C(LABEL=) names.
+  - Changes nothing on the host, so it runs the same in check mode.
+  - The judgement of these facts against an inventory is done on the controller (hicachectl's preflight), not here.
 options:
   disk_path:
     description: Report free space of the filesystem holding this path (its nearest existing parent).
     type: str
     default: /
-author: hicache-deploy
+notes:
+  - Supports check mode.
+author: hicache-deploy developers (@hicache-deploy)
+"""
+
+EXAMPLES = r"""
+- name: Read what the host has
+  hicache.deploy.hicache_host_facts:
+    disk_path: /var/lib/hicache
+  register: host_facts
+
+- name: Show the GPUs
+  ansible.builtin.debug:
+    msg: "{{ host_facts.hicache_host.gpus.count }} GPUs: {{ host_facts.hicache_host.gpus.names }}"
 """
 
 RETURN = r"""
-hicache_host: {description: The facts, returned: always, type: dict}
+hicache_host:
+  description: The facts.
+  returned: always
+  type: dict
+  contains:
+    os:
+      description: C(ID), C(VERSION_ID) and C(PRETTY_NAME) of /etc/os-release as C(id), C(version_id) and C(pretty).
+      type: dict
+      sample: {id: ubuntu, version_id: "22.04", pretty: Ubuntu 22.04.4 LTS}
+    kernel:
+      description: The running kernel's release.
+      type: str
+      sample: 5.15.0-105-generic
+    python:
+      description: The version of the Python the module ran with.
+      type: str
+      sample: 3.10.12
+    tools:
+      description: Each tool hicache-deploy may use (nvidia-smi, ethtool, mount.nfs, docker, podman, ...) with its path, or null when absent.
+      type: dict
+      sample: {nvidia-smi: /usr/bin/nvidia-smi, podman: null}
+    kernel_modules:
+      description: For each kernel module hicache-deploy may need, whether it is C(loaded) and whether it is C(available) to the running kernel.
+      type: dict
+      sample: {nfs: {loaded: true, available: true}, rpcrdma: {loaded: false, available: true}}
+    filesystems:
+      description: The filesystem types the kernel knows (/proc/filesystems).
+      type: list
+      elements: str
+    interfaces:
+      description: The network interfaces with driver, PCI vendor and address, MTU, NUMA node, local CPUs, state and speed.
+      type: list
+      elements: dict
+    rdma_devices:
+      description: The RDMA devices (/sys/class/infiniband).
+      type: list
+      elements: str
+    vastnfs_version:
+      description: The VAST NFS bundle version of the loaded sunrpc module, or null.
+      type: str
+    gpus:
+      description: C(count) and C(names) of the GPUs C(nvidia-smi -L) lists, and its C(error) (null when it answered).
+      type: dict
+    runtime_engines:
+      description: For docker and podman, null when the client is absent, else whether its engine C(answers) and a C(detail).
+      type: dict
+    mem_total_gb:
+      description: Total memory in GB.
+      type: float
+    disk:
+      description: The existing C(path) checked for O(disk_path) and its C(free_gb).
+      type: dict
+    sunrpc_sysctl:
+      description: The sunrpc C(tcp_slot_table_entries), or null.
+      type: str
+    systemd:
+      description: Whether systemd runs the host.
+      type: bool
+    block_ids:
+      description: C(UUID=...), C(LABEL=...), C(PARTUUID=...) and C(PARTLABEL=...) names with the device each resolves to.
+      type: dict
+      sample: {"UUID=1234-abcd": /dev/nvme1n1}
 """
 
 import os
@@ -104,7 +184,7 @@ def gpus(nvidia_smi):
     if not nvidia_smi:
         return {"count": 0, "names": [], "error": None}
     try:
-        proc = subprocess.run([nvidia_smi, "-L"], capture_output=True, text=True, timeout=30)
+        proc = subprocess.run([nvidia_smi, "-L"], capture_output=True, text=True, timeout=30, check=False)  # a failure is reported, not raised
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"count": 0, "names": [], "error": str(exc)}
     names = [line for line in proc.stdout.splitlines() if line.startswith("GPU ")]
@@ -119,7 +199,7 @@ def engine(client, probe):
     if not client:
         return None
     try:
-        proc = subprocess.run([client, *probe], capture_output=True, text=True, timeout=20)
+        proc = subprocess.run([client, *probe], capture_output=True, text=True, timeout=20, check=False)  # a failure is reported, not raised
     except (OSError, subprocess.TimeoutExpired) as exc:
         return {"answers": False, "detail": str(exc)[:300]}
     text = (proc.stdout if proc.returncode == 0 else proc.stderr).strip()

@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: hicache-deploy developers
+# SPDX-License-Identifier: Apache-2.0
 """Set live kernel values (files under /proc/sys and /sys) that differ from the wanted ones.
 
 Reads first and writes only what differs. A value that cannot be set here (the file is absent, as
@@ -13,23 +15,60 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: hicache_kernel_values
 short_description: Set live /proc/sys and /sys values that differ
+description:
+  - Reads each wanted kernel value first and writes only those that differ.
+  - A value that cannot be set here (the file is absent, as for a misspelt sysctl; read-only, as in a container; or the kernel
+    refuses the write) is something the inventory asked for and did not get. With O(strict) the task fails naming each key and why;
+    otherwise it reports ok with the reasons in RV(hicache_gaps) and as warnings (the host is degraded). It is never skipped.
+  - Only live values are set. Making them persistent (sysctl.d, modprobe.d, udev) is the calling role's job.
 options:
   values:
-    description: Absolute file path (or a sysctl name such as net.ipv4.conf.all.rp_filter) to the wanted value.
+    description:
+      - Wanted value of each key. A key is an absolute file path (under /proc/sys or /sys) or a sysctl name such as
+        C(net.ipv4.conf.all.rp_filter).
+      - Values are compared as text with runs of whitespace folded to one space.
     type: dict
     required: true
   strict:
-    description: The inventory's hicache_strict. A value that cannot be set fails the task; false reports it in hicache_gaps.
+    description: The inventory's C(hicache_strict). A value that cannot be set fails the task; false reports it in RV(hicache_gaps).
     type: bool
     default: true
-author: hicache-deploy
+notes:
+  - Supports check mode (reads, writes nothing) and diff mode.
+author: hicache-deploy developers (@hicache-deploy)
+"""
+
+EXAMPLES = r"""
+- name: Set the NFS client's kernel values
+  hicache.deploy.hicache_kernel_values:
+    values:
+      net.ipv4.conf.all.rp_filter: 2
+      /sys/module/sunrpc/parameters/tcp_max_slot_table_entries: 128
+    strict: "{{ hicache_strict }}"
+  register: kernel_values
 """
 
 RETURN = r"""
-set: {description: keys written (or that would be in check mode), with before and after, returned: always, type: dict}
-unavailable: {description: keys that could not be set, with the reason, returned: always, type: dict}
-matching: {description: keys already at the wanted value, returned: always, type: list}
-hicache_gaps: {description: one reason per key that could not be set (strict false), returned: when a key could not be set, type: list}
+set:
+  description: Keys written (or that would be in check mode), each with its value C(before) and C(after).
+  returned: always
+  type: dict
+  sample: {net.ipv4.conf.all.rp_filter: {before: "1", after: "2"}}
+unavailable:
+  description: Keys that could not be set, each with the reason.
+  returned: always
+  type: dict
+  sample: {vm.no_such_value: /proc/sys/vm/no_such_value does not exist on this host (no such sysctl, or its module is not loaded)}
+matching:
+  description: Keys already at the wanted value.
+  returned: always
+  type: list
+  elements: str
+hicache_gaps:
+  description: "One reason per key that could not be set, as C(key: reason)."
+  returned: when a key could not be set
+  type: list
+  elements: str
 """
 
 import os

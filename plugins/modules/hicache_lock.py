@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: hicache-deploy developers
+# SPDX-License-Identifier: Apache-2.0
 """A per-host lock so two deploys never interleave on one host.
 
 The lock is a small JSON file under /run (a reboot clears it) naming the run, who started it and when.
@@ -67,23 +69,23 @@ options:
 notes:
   - Supports check mode.
   - hicache-deploy has no unlock command; if the run holding a lock is gone, remove the lock file by hand.
-author: hicache-deploy
+author: hicache-deploy developers (@hicache-deploy)
 """
 
 EXAMPLES = r"""
 - name: Take the deploy lock of this host
-  hicache_lock:
+  hicache.deploy.hicache_lock:
     state: acquired
     run_id: "{{ __hicache_run.id }}"
     holder: "{{ __hicache_run.holder }}"
 
 - name: Release the deploy lock of this host
-  hicache_lock:
+  hicache.deploy.hicache_lock:
     state: released
     run_id: "{{ __hicache_run.id }}"
 
 - name: A lock in another place, taken over after one hour
-  hicache_lock:
+  hicache.deploy.hicache_lock:
     state: acquired
     run_id: "{{ __hicache_run.id }}"
     path: /var/lock/hicache-deploy.lock

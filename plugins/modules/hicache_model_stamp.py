@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: hicache-deploy developers
+# SPDX-License-Identifier: Apache-2.0
 """The record of a finished hub download in hicache_model_dir, so "downloaded" means what the inventory asks for.
 
 The stamp (`<dir>/.hicache-downloaded`, JSON) names the repository, the revision (None: the hub's default
@@ -16,7 +18,7 @@ DOCUMENTATION = r"""
 module: hicache_model_stamp
 short_description: Check, prepare and record a hub model download in hicache_model_dir
 description:
-  - C(inspect) reads the stamp and stats the files it lists; it changes nothing. C(current) is true only when
+  - C(inspect) reads the stamp and stats the files it lists; it changes nothing. RV(current) is true only when
     the stamp names O(repo) at O(revision) and every listed file exists with its recorded size.
   - C(begin) removes the stamp, marks the download as in progress and, when the stamp or an unfinished
     download in the directory is of another repository or revision (or the stamp is unreadable), empties the
@@ -26,36 +28,79 @@ description:
   - C(finish) lists every file under the directory with its size (but the stamp, the marker and C(hf)'s
     own C(.cache) directory) and writes the stamp atomically.
 options:
-  dir: {description: hicache_model_dir, type: path, required: true}
-  repo: {description: The hub repository the inventory wants, type: str, required: true}
-  revision: {description: The revision it wants; None is the hub's default branch, type: str}
-  state: {description: What to do, type: str, choices: [inspect, begin, finish], default: inspect}
-author: hicache-deploy
+  dir:
+    description: The model directory (C(hicache_model_dir)).
+    type: path
+    required: true
+  repo:
+    description: The hub repository the inventory wants.
+    type: str
+    required: true
+  revision:
+    description: The revision it wants; none means the hub's default branch.
+    type: str
+  state:
+    description: What to do, see the description.
+    type: str
+    choices: [inspect, begin, finish]
+    default: inspect
+notes:
+  - Supports check mode (begin and finish report what they would change and write nothing).
+author: hicache-deploy developers (@hicache-deploy)
 """
 
 EXAMPLES = r"""
 - name: Check the finished download
-  hicache_model_stamp: {dir: /models/qwen, repo: Qwen/Qwen2.5-0.5B-Instruct, state: inspect}
+  hicache.deploy.hicache_model_stamp:
+    dir: /models/qwen
+    repo: Qwen/Qwen2.5-0.5B-Instruct
+    state: inspect
   register: stamp
 
 - name: Make a clean place for the download
-  hicache_model_stamp: {dir: /models/qwen, repo: Qwen/Qwen2.5-0.5B-Instruct, state: begin}
+  hicache.deploy.hicache_model_stamp:
+    dir: /models/qwen
+    repo: Qwen/Qwen2.5-0.5B-Instruct
+    state: begin
   when: not stamp.current
 
 # ... hf download Qwen/Qwen2.5-0.5B-Instruct --local-dir /models/qwen ...
 
 - name: Record the finished download
-  hicache_model_stamp: {dir: /models/qwen, repo: Qwen/Qwen2.5-0.5B-Instruct, state: finish}
+  hicache.deploy.hicache_model_stamp:
+    dir: /models/qwen
+    repo: Qwen/Qwen2.5-0.5B-Instruct
+    state: finish
   when: not stamp.current
 """
 
 RETURN = r"""
-current: {description: The finished download is the one wanted and complete (inspect), returned: always, type: bool}
-action: {description: "What a download must do: none, resume (keep the files) or clean (empty the directory first)", returned: always, type: str}
-reason: {description: Why the download is not current (empty when it is), returned: always, type: str}
-stamp: {description: The stamp as read (inspect, begin) or written (finish), returned: always, type: dict}
-files: {description: Files recorded by finish, returned: when state is finish, type: int}
-bytes: {description: Their total size in bytes, returned: when state is finish, type: int}
+current:
+  description: The finished download is the one wanted and complete (always true after C(finish)).
+  returned: always
+  type: bool
+action:
+  description: What a download must do, C(none), C(resume) (keep the files) or C(clean) (empty the directory first).
+  returned: always
+  type: str
+  sample: resume
+reason:
+  description: Why the download is not current (empty when it is).
+  returned: always
+  type: str
+stamp:
+  description: The stamp as read (inspect, begin; C({}) when there is none) or as written (finish).
+  returned: always
+  type: dict
+  sample: {repo: Qwen/Qwen2.5-0.5B-Instruct, revision: null, finished: "2026-11-30T10:45:00Z", files: {config.json: 659}}
+files:
+  description: The number of files the stamp records.
+  returned: when O(state=finish) and not in check mode
+  type: int
+bytes:
+  description: Their total size in bytes.
+  returned: when O(state=finish) and not in check mode
+  type: int
 """
 
 import json

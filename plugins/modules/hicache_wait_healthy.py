@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: hicache-deploy developers
+# SPDX-License-Identifier: Apache-2.0
 """Wait until an SGLang server answers /health, without killing one that is still loading.
 
 Model loading can take 10+ minutes: while the unit is active (or activating) and /health says 503,
@@ -11,45 +13,88 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: hicache_wait_healthy
 short_description: Wait for an SGLang server's /health
+description:
+  - Polls O(url) until it answers 200, at most O(timeout) seconds. Loading a model can take 10 minutes and more; while the
+    systemd O(unit) is active (or activating) and /health answers 503 or nothing, the module keeps waiting.
+  - Fails early when the unit has failed, is inactive after the first poll interval, or was restarted by systemd twice during
+    the wait (a crash loop); the end of the unit's journal is in RV(journal).
+  - In check mode nothing was (re)started, so there is nothing to wait for; the module returns at once, skipped.
 options:
-  url: {description: The /health URL, type: str, required: true}
-  unit: {description: The systemd unit running the server, type: str, required: true}
-  timeout: {description: Seconds to wait at most, type: int, default: 1800}
-  interval: {description: Seconds between polls, type: int, default: 5}
-author: hicache-deploy
+  url:
+    description: The server's /health URL.
+    type: str
+    required: true
+  unit:
+    description: The systemd unit running the server.
+    type: str
+    required: true
+  timeout:
+    description: Seconds to wait at most.
+    type: int
+    default: 1800
+  interval:
+    description: Seconds between polls.
+    type: int
+    default: 5
+notes:
+  - Supports check mode (returns at once, skipped).
+  - Needs systemd on the host (C(systemctl show), C(journalctl)).
+author: hicache-deploy developers (@hicache-deploy)
+"""
+
+EXAMPLES = r"""
+- name: Wait for the server to load its model
+  hicache.deploy.hicache_wait_healthy:
+    url: http://127.0.0.1:30000/health
+    unit: sglang-hicache.service
+    timeout: 1800
 """
 
 RETURN = r"""
-seconds: {description: Seconds until healthy, returned: success, type: float}
-journal: {description: The unit's last journal lines, returned: failure, type: str}
+seconds:
+  description: Seconds until /health answered 200.
+  returned: success
+  type: float
+  sample: 312.4
+url:
+  description: The URL that answered.
+  returned: success
+  type: str
+  sample: http://127.0.0.1:30000/health
+journal:
+  description: The unit's last 40 journal lines.
+  returned: failure
+  type: str
 """
 
 import subprocess
 import time
 import urllib.error
-import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import ConnectionError as UrlsConnectionError
+from ansible.module_utils.urls import open_url
 
 
 def status(url):
+    """The HTTP status /health answered, None when nothing answered (refused, timed out, TLS failed)."""
     try:
-        with urllib.request.urlopen(url, timeout=10) as response:
+        with open_url(url, timeout=10) as response:
             return response.status
-    except urllib.error.HTTPError as exc:
+    except urllib.error.HTTPError as exc:  # open_url raises it for every status but 2xx, as urlopen does
         return exc.code
-    except (urllib.error.URLError, OSError):
+    except (urllib.error.URLError, OSError, UrlsConnectionError):  # open_url's own errors (e.g. certificate validation) are not OSErrors
         return None
 
 
 def unit_state(unit):
-    out = subprocess.run(["systemctl", "show", "--property=ActiveState,SubState,NRestarts", unit], capture_output=True, text=True).stdout
+    out = subprocess.run(["systemctl", "show", "--property=ActiveState,SubState,NRestarts", unit], capture_output=True, text=True, check=False).stdout
     props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
     return props.get("ActiveState", "unknown"), props.get("SubState", ""), int(props.get("NRestarts", "0") or 0)
 
 
 def journal(unit):
-    return subprocess.run(["journalctl", "-u", unit, "-n", "40", "--no-pager", "-o", "cat"], capture_output=True, text=True).stdout
+    return subprocess.run(["journalctl", "-u", unit, "-n", "40", "--no-pager", "-o", "cat"], capture_output=True, text=True, check=False).stdout
 
 
 def main():
@@ -60,7 +105,7 @@ def main():
     if module.check_mode:
         module.exit_json(changed=False, skipped=True, msg="check mode: the server was not (re)started, so there is nothing to wait for")
     start = time.monotonic()
-    _, _, restarts_at_start = unit_state(params["unit"])
+    restarts_at_start = unit_state(params["unit"])[2]
     last = None
     while time.monotonic() - start < params["timeout"]:
         last = status(params["url"])

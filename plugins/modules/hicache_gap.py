@@ -1,0 +1,54 @@
+# Copyright: hicache-deploy developers
+# SPDX-License-Identifier: Apache-2.0
+"""Documentation of the hicache_gap action plugin (plugins/action/hicache_gap.py), which runs on the controller.
+
+This file carries only DOCUMENTATION, EXAMPLES and RETURN: ansible-doc reads an action's documentation from the
+module of the same name, and nothing of it is sent to a host.
+"""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: hicache_gap
+short_description: Say that a host cannot do something its inventory asks for, and why
+description:
+  - Reports a gap, something the inventory asks for that this host cannot do, with its reason.
+  - With O(strict) (the inventory's C(hicache_strict), true by default) the task fails with the reason.
+  - Otherwise the inventory tolerates the gap. The task reports ok without a change, the reason travels in RV(hicache_gaps)
+    (hicachectl shows the host as degraded, never as ok) and as a warning (plain ansible-playbook shows it).
+  - A gap is never a skip; skipped means "not asked for".
+  - Runs on the controller as an action plugin; it changes nothing on the host.
+options:
+  reason:
+    description: Why the host cannot do what is asked. An empty reason fails the task.
+    type: str
+    required: true
+  strict:
+    description: The inventory's C(hicache_strict). True fails the task; false reports the gap and goes on.
+    type: bool
+    required: true
+notes:
+  - Runs the same in check mode.
+author: hicache-deploy developers (@hicache-deploy)
+"""
+
+EXAMPLES = r"""
+- name: Enable the NIC tuning at boot (this host has no systemd)
+  hicache.deploy.hicache_gap:
+    reason: systemd does not run this host, so the NIC tuning is not re-applied at boot
+    strict: "{{ hicache_strict }}"
+  when: ansible_facts.service_mgr != 'systemd'
+"""
+
+RETURN = r"""
+msg:
+  description: The reason.
+  returned: always
+  type: str
+  sample: systemd does not run this host, so the NIC tuning is not re-applied at boot
+hicache_gaps:
+  description: The reason, as the one item of a list (hicachectl collects the gaps of a host from every task).
+  returned: when O(reason) is not empty
+  type: list
+  elements: str
+"""
