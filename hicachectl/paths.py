@@ -13,10 +13,12 @@ Generated-file checks (`python -m hicachectl.schema`, `python -m hicachectl.read
 
 from __future__ import annotations
 
+import hashlib
+import os
 import pathlib
 
 _PACKAGE = pathlib.Path(__file__).resolve().parent
-_MARKERS = ("pyproject.toml", "ansible.cfg", "playbooks", "templates")
+_MARKERS = ("pyproject.toml", "ansible.cfg", "galaxy.yml", "playbooks", "templates")
 
 
 def _from_checkout() -> pathlib.Path | None:
@@ -47,6 +49,33 @@ ROLES = ROOT / "roles"
 PLUGINS = ROOT / "plugins"
 CALLBACK_PLUGINS = PLUGINS / "callback"
 INVENTORIES = ROOT / "inventories"  # the shipped profiles
+COLLECTION = "hicache.deploy"  # ROOT is that collection: roles/, plugins/, playbooks/, meta/runtime.yml (galaxy.yml)
+
+
+def collections_dir() -> pathlib.Path:
+    """A collections path in which `hicache.deploy` is ROOT itself (a symlink, made here when missing), so the
+    playbooks and roles run by FQCN without `ansible-galaxy collection install`. In a checkout it is
+    .ansible/collections, which ansible.cfg names for a plain `ansible-playbook` and Molecule too; for an
+    installed package, a directory of its own in the user's cache (site-packages may not be writable)."""
+    if CHECKOUT is not None:
+        base = CHECKOUT / ".ansible" / "collections"
+    else:
+        cache = pathlib.Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser()
+        base = cache / "hicache-deploy" / "collections" / hashlib.sha256(str(ROOT).encode()).hexdigest()[:16]
+    link = base / "ansible_collections" / "hicache" / "deploy"
+    if not (link.is_symlink() and link.resolve() == ROOT.resolve()):
+        if link.exists() and not link.is_symlink():
+            raise RuntimeError(f"{link} is a directory, not the link to {ROOT} hicachectl makes there: remove it")
+        link.parent.mkdir(parents=True, exist_ok=True)
+        staged = link.with_name(f".deploy.{os.getpid()}")
+        staged.unlink(missing_ok=True)
+        staged.symlink_to(ROOT, target_is_directory=True)
+        os.replace(staged, link)  # atomic: a concurrent run sees the old link or the new one
+    return base
+
+
+if __name__ == "__main__":  # `python -m hicachectl.paths`: make the link (tests/run does before ansible-lint)
+    print(collections_dir())
 
 
 def checkout() -> pathlib.Path:

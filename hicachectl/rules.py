@@ -22,6 +22,7 @@ from hicachectl import schema
 from hicachectl.model import PREFIX, build, version_tuple
 
 ERROR, WARNING = "error", "warning"
+_VARIABLE = re.compile(PREFIX + r"[a-z0-9_]+")  # the variable a finding's path starts with (hicache_x.key[0])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,13 +65,21 @@ def has_errors(findings: Iterable[Finding]) -> bool:
     return any(f.level == ERROR for f in findings)
 
 
-def check_host(host: str, raw: Mapping[str, Any]) -> tuple[Any, list[Finding]]:
-    """Both passes for one host: (deployment or None when the variables are unusable, findings)."""
-    findings = _check_host_name(host) + check_variables(host, raw)
+def check_host(host: str, raw: Mapping[str, Any], role: str | None = None) -> tuple[Any, list[Finding]]:
+    """Both passes for one host: (deployment or None when the variables are unusable, findings).
+
+    With `role`, what one role of the collection needs when it runs alone (a user's playbook): a variable only
+    other roles read need not be set, and only findings on the role's own variables count; every value that is
+    set is still checked against its type and domain."""
+    scope = None if role is None else {v.name for v in schema.role_variables(role)}
+    findings = _check_host_name(host) + check_variables(host, raw, scope)
     if has_errors(findings):
         return None, findings
     deployment = build(host, raw)
-    return deployment, findings + check_deployment(deployment)
+    findings += check_deployment(deployment)
+    if scope is not None:
+        findings = [f for f in findings if _VARIABLE.match(f.variable) is None or _VARIABLE.match(f.variable).group(0) in scope]
+    return deployment, findings
 
 
 # --- the fleet: what no single host shows --------------------------------------------------------
@@ -265,7 +274,8 @@ def _strings(value: Any, path: str) -> Iterable[tuple[str, str]]:
             yield from _strings(v, f"{path}[{i}]")
 
 
-def check_variables(host: str, raw: Mapping[str, Any]) -> list[Finding]:
+def check_variables(host: str, raw: Mapping[str, Any], scope: set[str] | None = None) -> list[Finding]:
+    """Types, choices and domains of every hicache_* value; the required ones (within `scope`, if given) set."""
     out = _Collector(host)
     for name, value in raw.items():
         if not name.startswith(PREFIX):
@@ -302,7 +312,7 @@ def check_variables(host: str, raw: Mapping[str, Any]) -> list[Finding]:
         if var.domain is not None and not has_errors(out.findings[before:]):
             _check_domain(out, name, var.domain, value, getattr(var, "secret", False))
     for var in schema.VARIABLES:
-        if var.required and raw.get(var.name) is None:
+        if var.required and raw.get(var.name) is None and (scope is None or var.name in scope):
             out.error(var.name, "required", "is not set.", f"set {var.name} ({var.doc})")
     return out.findings
 
@@ -327,6 +337,8 @@ def check_deployment(d) -> list[Finding]:
 @rule
 def _image_pinned(d, out):
     image = d.image
+    if image is None:  # a role that does not read it, run alone (check_host's role)
+        return
     if "@sha256:" in image:
         return
     tag = image.rsplit("/", 1)[-1].partition(":")[2]

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from hicachectl.paths import ANSIBLE_CFG, CALLBACK_PLUGINS, PLAYBOOKS
+from hicachectl.paths import ANSIBLE_CFG, CALLBACK_PLUGINS, PLAYBOOKS, collections_dir
 
 
 @dataclasses.dataclass
@@ -244,6 +244,9 @@ def run_playbook(playbook: str, inventory: pathlib.Path, *, limit: str | None = 
             # ansible.cfg's callback_plugins; it keeps a value given here beside its own.
             envvars={"ANSIBLE_CONFIG": str(ANSIBLE_CFG), "ANSIBLE_NOCOLOR": "1", "HICACHE_SKIPS_FILE": str(skips),
                      "ANSIBLE_CALLBACK_PLUGINS": str(CALLBACK_PLUGINS),
+                     # hicache.deploy is this installation's own, ahead of any copy the user installed.
+                     "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(filter(None, [str(collections_dir()), os.environ.get("ANSIBLE_COLLECTIONS_PATH"),
+                                                                              "~/.ansible/collections", "/usr/share/ansible/collections"])),
                      "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]), **vault_env},
             event_handler=collector,
             cancel_callback=cancelled,

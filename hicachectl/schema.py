@@ -313,6 +313,7 @@ VARIABLES: tuple[Var, ...] = (
     _v("hicache_workload_concurrency", "int", None, "Requests in flight the host pool must hold (default: hicache_max_running_requests, else 1).", role="preflight", domain=POSITIVE),
     _v("hicache_workload_prefixes", "int", None, "Distinct prefixes the L3 tier must keep; checked against hicache_storage_capacity_gb.", role="preflight", domain=POSITIVE),
     _v("hicache_storage_capacity_gb", "int", None, "Space of the L3 tier for this server's pages, in GB (1e9 bytes).", role="preflight", domain=POSITIVE),
+    _v("hicache_preflight_report_only", "bool", False, "Judge and report only: a missing item is neither a failure nor a gap (the doctor playbook sets it).", role="preflight"),
     _v("hicache_strict", "bool", True, "Fail when hardware, tools or a mount the inventory relies on are missing. false (a test bed): each gap is reported, the host shown degraded.", role="preflight"),
     _v("hicache_preflight_min_free_gb", "int", 10, "Free space the filesystem of hicache_base_dir must have.", role="preflight", domain=NON_NEGATIVE),
     # --- the L3 storage mount ------------------------------------------------------------------
@@ -375,6 +376,41 @@ VARIABLES: tuple[Var, ...] = (
 
 BY_NAME: dict[str, Var] = {v.name: v for v in VARIABLES}
 
+# Facts the roles set for each other, for the CLI's playbooks and for a user's tasks: public, not variables.
+FACTS = {
+    "hicache_facts": "What the host has (hicache_host_facts' report): set by preflight, reused by storage.",
+}
+
+# The roles of the collection, in the order site.yml runs them ("site" above is the playbook's own).
+ROLES = ("preflight", "nic_tuning", "storage", "host_limits", "container_runtime", "sglang_image", "model", "sglang_server")
+_STORAGE = tuple(v.name for v in VARIABLES if v.role == "storage")
+# What a role's plan reads beyond the variables it owns (Var.role): each role lists, defaults and checks all
+# the variables it reads, so it runs alone from a user's playbook with only those set.
+# tests/test_role_variables.py records what each role's plan really reads and holds this to it.
+ALSO_READS: dict[str, tuple[str, ...]] = {
+    "preflight": ("hicache_cache_dir", "hicache_container_runtime", "hicache_size_gb", "hicache_tp_size") + _STORAGE,
+    "nic_tuning": ("hicache_storage_type", "hicache_strict"),
+    "storage": ("hicache_cache_dir", "hicache_strict"),
+    "host_limits": ("hicache_container_runtime", "hicache_strict"),
+    "container_runtime": ("hicache_container_runtime", "hicache_limits_restart_runtime", "hicache_limits_runtime_service", "hicache_strict"),
+    "sglang_image": ("hicache_container_runtime", "hicache_image", "hicache_strict"),
+    "model": ("hicache_model_dir", "hicache_strict"),
+    "sglang_server": ("hicache_container_seccomp", "hicache_limits_runtime_service", "hicache_strict"),
+}
+
+
+def role_variables(role: str) -> tuple[Var, ...]:
+    """Every variable the role reads, in catalogue order."""
+    also = set(ALSO_READS.get(role, ()))
+    return tuple(v for v in VARIABLES if v.role == role or v.name in also)
+
+
+def role_defaults(role: str) -> dict[str, Any]:
+    """`defaults/main.yml` of a role: the catalogue's default of every variable it reads that has one. A required
+    variable has none, and one whose default is None ("unset": derived or not used) stays undefined, as
+    Ansible's argument validation would check null against its choices."""
+    return {v.name: default_of(v.name) for v in role_variables(role) if not v.required and v.default is not None}
+
 
 def default_of(name: str) -> Any:
     """A fresh copy of a variable's default, so callers may mutate it."""
@@ -394,14 +430,14 @@ _ANSIBLE_TYPES = {"str": "str", "int": "int", "float": "float", "bool": "bool", 
 def argument_specs(role: str) -> dict:
     """The `meta/argument_specs.yml` content for a role, from this catalogue."""
     options = {}
-    for var in VARIABLES:
-        if var.role != role:
-            continue
+    for var in role_variables(role):
         spec: dict[str, Any] = {"description": var.doc + domain_sentence(var), "type": _ANSIBLE_TYPES[var.type]}
         if var.choices:
             spec["choices"] = list(var.choices)
         if var.required:
             spec["required"] = True
+        elif var.default is not None:
+            spec["default"] = default_of(var.name)  # what defaults/main.yml sets, for ansible-doc
         if var.type == "list":
             spec["elements"] = "raw"
         if var.secret:
@@ -445,7 +481,7 @@ def _main() -> int:  # pragma: no cover - exercised by the drift test through su
 
     import yaml
 
-    parser = argparse.ArgumentParser(description="Write roles/*/meta/argument_specs.yml from the catalogue.")
+    parser = argparse.ArgumentParser(description="Write roles/*/meta/argument_specs.yml and roles/*/defaults/main.yml from the catalogue.")
     parser.add_argument("--write", action="store_true")
     parser.add_argument("--roles-dir", default=None, help="default: the checkout's roles/ (a checkout-only tool)")
     args = parser.parse_args()
@@ -456,18 +492,20 @@ def _main() -> int:  # pragma: no cover - exercised by the drift test through su
     _IndentedDumper = _indented_dumper()
     drift = 0
     roles_dir = pathlib.Path(args.roles_dir)
-    for role in sorted({v.role for v in VARIABLES}):
-        if not (roles_dir / role / "tasks").is_dir():
-            continue  # the role has not landed yet
-        path = roles_dir / role / "meta" / "argument_specs.yml"
-        text = "---\n# Generated by `python -m hicachectl.schema --write`; edit hicachectl/schema.py instead.\n"
-        text += yaml.dump(argument_specs(role), Dumper=_IndentedDumper, sort_keys=False, width=100)
-        if not path.exists() or path.read_text() != text:
-            drift += 1
-            if args.write:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text)
-            print(("wrote " if args.write else "stale ") + str(path))
+    header = "---\n# Generated by `python -m hicachectl.schema --write`; edit hicachectl/schema.py instead.\n"
+    for role in ROLES:
+        defaults = role_defaults(role)
+        wanted_files = {
+            roles_dir / role / "meta" / "argument_specs.yml": header + yaml.dump(argument_specs(role), Dumper=_IndentedDumper, sort_keys=False, width=100),
+            roles_dir / role / "defaults" / "main.yml": header + (yaml.dump(defaults, Dumper=_IndentedDumper, sort_keys=False, width=100) if defaults else ""),
+        }
+        for path, text in wanted_files.items():
+            if not path.exists() or path.read_text() != text:
+                drift += 1
+                if args.write:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(text)
+                print(("wrote " if args.write else "stale ") + str(path))
     readme = roles_dir.parent / "README.md"
     text = readme.read_text()
     head, rest = text.split(README_START, 1)

@@ -275,7 +275,7 @@ def test_holders_never_overlap_and_readers_never_see_a_partial_file(tmp_path):
 def ansible(path, *args, check=False):
     """Run the module as a playbook does: shipped by Ansible to a host (here localhost) and run there."""
     proc = subprocess.run([ANSIBLE, "localhost", "-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}",
-                           *(["--check"] if check else []), "-m", "hicache_lock", "-a", " ".join([f"path={path}", *args])],
+                           *(["--check"] if check else []), "-m", "hicache.deploy.hicache_lock", "-a", " ".join([f"path={path}", *args])],
                           cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "ANSIBLE_CALLBACK_RESULT_FORMAT": "json", "ANSIBLE_DEPRECATION_WARNINGS": "False", "ANSIBLE_NOCOLOR": "1"})
     head, _, body = proc.stdout.partition(" => ")

@@ -23,8 +23,8 @@ from support import ROOT
 
 pytestmark = pytest.mark.slow
 
-DATA = ("ansible.cfg", "templates", "playbooks", "roles", "plugins", "inventories")  # hicachectl/_data/ in the wheel
-_TOP_IGNORED = {".git", ".venv", "build", "dist", "out", ".cache"}
+DATA = ("ansible.cfg", "galaxy.yml", "meta", "templates", "playbooks", "roles", "plugins", "inventories")  # hicachectl/_data/ in the wheel
+_TOP_IGNORED = {".git", ".venv", "build", "dist", "out", ".cache", ".ansible"}
 _IGNORED = {"__pycache__", ".pytest_cache", ".ruff_cache", ".hypothesis"}
 
 
@@ -86,7 +86,8 @@ def test_the_installed_cli_uses_only_the_installed_package(installed, tmp_path):
     probe = ("import json; from hicachectl import inventory, paths, render, runner; "
              "print(json.dumps({'module': paths.__file__, 'from_checkout': paths.FROM_CHECKOUT, 'root': str(paths.ROOT), "
              "'paths': [str(p) for p in (paths.ANSIBLE_CFG, paths.TEMPLATES, paths.PLAYBOOKS, paths.ROLES, paths.CALLBACK_PLUGINS, "
-             "inventory.INVENTORIES, render.TEMPLATES, runner.PLAYBOOKS, runner.ANSIBLE_CFG)]}))")
+             "inventory.INVENTORIES, render.TEMPLATES, runner.PLAYBOOKS, runner.ANSIBLE_CFG)], "
+             "'collections': str(paths.collections_dir())}))")
     found = json.loads(_run([venv / "bin/python", "-c", probe], installed["timings"], "probe", cwd=tmp_path, env=env).stdout)
     assert found["from_checkout"] is False
     for path in [found["module"], found["root"], *found["paths"]]:
@@ -96,9 +97,15 @@ def test_the_installed_cli_uses_only_the_installed_package(installed, tmp_path):
     dump = _run([venv / "bin/ansible-config", "dump", "--only-changed", "--format", "json"], installed["timings"], "ansible-config",
                 cwd=tmp_path, env=env | {"ANSIBLE_CONFIG": found["paths"][0]}).stdout
     settings = {entry["name"]: entry["value"] for entry in json.loads(dump) if "name" in entry}
-    for key in ("DEFAULT_ROLES_PATH", "DEFAULT_MODULE_PATH", "DEFAULT_FILTER_PLUGIN_PATH", "DEFAULT_ACTION_PLUGIN_PATH",
-                "DEFAULT_LOOKUP_PLUGIN_PATH", "DEFAULT_CALLBACK_PLUGIN_PATH", "DEFAULT_HOST_LIST"):
+    for key in ("DEFAULT_CALLBACK_PLUGIN_PATH", "DEFAULT_HOST_LIST"):
         assert settings[key] and all(pathlib.Path(p).is_relative_to(found["root"]) and pathlib.Path(p).exists() for p in settings[key]), (key, settings[key])
+    # The roles and plugins are the collection hicache.deploy: the package's data, linked from the user's cache
+    # (site-packages may be read-only), which hicachectl puts first on ANSIBLE_COLLECTIONS_PATH.
+    link = pathlib.Path(found["collections"]) / "ansible_collections/hicache/deploy"
+    assert pathlib.Path(found["collections"]).is_relative_to(tmp_path) and link.resolve() == pathlib.Path(found["root"]).resolve()
+    doc = _run([venv / "bin/ansible-doc", "-t", "role", "hicache.deploy.storage"], installed["timings"], "ansible-doc", cwd=tmp_path,
+               env=env | {"ANSIBLE_CONFIG": found["paths"][0], "ANSIBLE_COLLECTIONS_PATH": found["collections"]}).stdout
+    assert "hicache_storage_fstype" in doc and "default: xfs" in doc, doc
 
 
 def test_init_validate_render_plan_from_a_fresh_directory(installed, tmp_path):

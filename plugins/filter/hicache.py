@@ -1,4 +1,8 @@
-"""Expose the hicachectl core to Ansible, so templates and tasks never re-implement it."""
+"""Expose the hicachectl core to Ansible, so templates and tasks never re-implement it.
+
+The core is the Python package hicache-deploy (`pip install hicache-deploy` on the controller, beside
+ansible-core); the collection carries none of it. Without it every filter fails naming the package.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +10,32 @@ import json
 
 from ansible.errors import AnsibleFilterError
 
-from hicachectl import hoststate, image, launch, limits, metrics, nic, preflight, render, rules, secrets, storage, verify
-from hicachectl.inventory import plain
-from hicachectl.model import PREFIX
+try:
+    from hicachectl import hoststate, image, launch, limits, metrics, nic, preflight, render, rules, schema, secrets, storage, verify
+    from hicachectl.inventory import plain
+    from hicachectl.model import PREFIX
+except ImportError as error:  # pragma: no cover - exercised by ansible-test's import sanity test
+    CORE_MISSING = (f"hicache.deploy needs the Python package hicache-deploy on the controller (it provides hicachectl): "
+                    f"pip install hicache-deploy into the Python that runs Ansible ({error})")
+else:
+    CORE_MISSING = None
+
+
+def _core():
+    if CORE_MISSING is not None:
+        raise AnsibleFilterError(CORE_MISSING)
 
 
 def _hicache_vars(variables):
     """The `hicache_*` items of a mapping: the hicache_vars lookup's result, or hostvars[host]
     (reading a hostvars item templates it)."""
-    return plain({name: variables[name] for name in list(variables) if name.startswith(PREFIX)})
+    return plain({name: variables[name] for name in list(variables) if name.startswith(PREFIX) and name not in schema.FACTS})
 
 
-def _deployment(hostvars, host):
-    deployment, findings = rules.check_host(host, _hicache_vars(hostvars))
+def _deployment(hostvars, host, role=None):
+    """The host's deployment; with `role`, as that role alone needs it (rules.check_host)."""
+    _core()
+    deployment, findings = rules.check_host(host, _hicache_vars(hostvars), role)
     errors = [f.format() for f in findings if f.level == rules.ERROR]
     if errors:
         raise AnsibleFilterError("invalid hicache variables:\n" + "\n".join(errors))
@@ -27,8 +44,9 @@ def _deployment(hostvars, host):
 
 def hicache_findings(hostvars, host):
     """Every finding for one host, as dicts with a ready `text`; a secret value a finding quotes is ********."""
+    _core()
     variables = _hicache_vars(hostvars)
-    _, findings = rules.check_host(host, variables)
+    findings = rules.check_host(host, variables)[1]
     hidden = secrets.values(variables)
     return [secrets.mask(dict(f.as_dict(), text=f.format()), hidden) for f in findings]
 
@@ -44,7 +62,7 @@ def hicache_fleet_findings(all_hostvars, hosts):
 def hicache_files(hostvars, host, uring_fallback=False):
     """The host's config directory and the files it holds; refuses invalid variables. With
     uring_fallback, NIXL's POSIX plugin runs on POSIX AIO (this host cannot create io_uring backends)."""
-    deployment = _deployment(hostvars, host)
+    deployment = _deployment(hostvars, host, role="sglang_server")
     uses_uring = launch.uses_uring(deployment)
     if uring_fallback and uses_uring:
         deployment = launch.uring_fallback(deployment)
@@ -71,7 +89,7 @@ def hicache_files(hostvars, host, uring_fallback=False):
 
 def hicache_secret_file(hostvars, host, name, uring_fallback=False):
     """The real content of one file of hicache_files that holds secrets (use only under no_log)."""
-    deployment = _deployment(hostvars, host)
+    deployment = _deployment(hostvars, host, role="sglang_server")
     if uring_fallback and launch.uses_uring(deployment):
         deployment = launch.uring_fallback(deployment)
     for f in render.files(deployment):
@@ -86,13 +104,13 @@ def hicache_settings(hostvars, host):
 
 
 def hicache_preflight(hostvars, host, facts, ansible_version=None):
-    return preflight.report(plain(facts), _deployment(hostvars, host), ansible_version)
+    return preflight.report(plain(facts), _deployment(hostvars, host, role="preflight"), ansible_version)
 
 
 def hicache_storage(hostvars, host, facts):
     """Everything the storage role does on this host, decided here. The mount's `resolved_source` is the
     device its UUID=/LABEL= source names on this host (what /proc/self/mountinfo shows once mounted)."""
-    d = _deployment(hostvars, host)
+    d = _deployment(hostvars, host, role="storage")
     facts = plain(facts)
     mount = storage.mount(d)
     can_mount, why = preflight.can_mount(facts, d) if mount else (True, "")
@@ -109,7 +127,7 @@ def hicache_storage(hostvars, host, facts):
 
 
 def hicache_limits(variables, host):
-    d = _deployment(variables, host)
+    d = _deployment(variables, host, role="host_limits")
     service = limits.runtime_service(d)
     return {
         "limits_file": limits.LIMITS_FILE, "limits_conf": limits.limits_conf(d),
@@ -124,7 +142,7 @@ def hicache_limits(variables, host):
 def hicache_nic(variables, host, report=None):
     """What the nic_tuning role does. With `report` (the host program's --check-json output) also `verdict`:
     what fails the host, what is a gap, what still differs (hoststate.nic_verdict)."""
-    d = _deployment(variables, host)
+    d = _deployment(variables, host, role="nic_tuning")
     asked = storage.is_nfs(d) or bool(d.nic_interfaces)
     plan = {"desired": nic.desired(d), "config_file": nic.CONFIG_FILE, "config_text": nic.config_text(d),
             "program": nic.PROGRAM, "unit": nic.UNIT, "unit_text": nic.unit_text(), "strict": bool(d.strict), "asked": asked}
@@ -136,7 +154,7 @@ def hicache_nic(variables, host, report=None):
 def hicache_image(variables, host, inspect=None):
     """What the sglang_image role does. With `inspect` (stdout of `<runtime> image inspect <image>`, '' when
     it failed) also `local`: whether the image is there and is the pinned one (RepoDigests compared fully qualified)."""
-    d = _deployment(variables, host)
+    d = _deployment(variables, host, role="sglang_image")
     plan = {"runtime": d.container_runtime if launch.in_container(d) else None, "image": d.image,
             "pull": image.pull_reference(d), "pull_argv": image.pull_argv(d), "digest": image.pinned_digest(d),
             "repo_digest": image.repository_digest(d), "accepted_digests": image.accepted_digests(d),
@@ -147,19 +165,20 @@ def hicache_image(variables, host, inspect=None):
 
 
 def hicache_runtime(variables, host):
-    d = _deployment(variables, host)
+    d = _deployment(variables, host, role="container_runtime")
     return {"runtime": d.container_runtime if launch.in_container(d) else None, "service": limits.runtime_service(d),
             "strict": bool(d.strict), "restart": bool(d.limits_restart_runtime)}
 
 
 def hicache_model(variables, host):
-    d = _deployment(variables, host)
+    d = _deployment(variables, host, role="model")
     return {"source": d.model_source, "dir": d.model_dir, "repo": d.model_repo, "revision": d.model_revision,
             "files": dict(d.model_files), "strict": bool(d.strict)}
 
 
 def hicache_mount_state(mountinfo_text, plan):
     """The live mount at the plan's mount point: problems ([] = as wanted) and its read-ahead file."""
+    _core()
     mount = plan.get("mount")
     if not mount:
         return {"mounted": False, "problems": [], "read_ahead_path": None}
@@ -182,6 +201,7 @@ def hicache_verify_judge(observations, hostvars, host, l3=False):
 
 def hicache_metric(text, name):
     """A metric's total in /metrics text (0 when absent), counted once across TP ranks."""
+    _core()
     return metrics.total(text, name) or 0
 
 
