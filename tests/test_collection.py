@@ -81,6 +81,14 @@ def test_ansible_doc_shows_every_variable_a_role_reads_with_its_real_default(ins
         assert "default: xfs" in text and "default: root" in text
 
 
+def test_the_playbooks_run_by_fqcn(installed):
+    """hicache.deploy.site and the others, as `ansible-playbook hicache.deploy.NAME` finds them in the collection."""
+    names = sorted(p.stem for p in (ROOT / "playbooks").glob("*.yml"))
+    assert "site" in names
+    for name in names:
+        _run([BIN / "ansible-playbook", "-i", "localhost,", f"hicache.deploy.{name}", "--syntax-check"], installed["tmp"], installed["env"])
+
+
 @pytest.mark.parametrize("plugin, kind", [("hicache_lock", "module"), ("hicache_gap", "module"), ("hicache_vars", "lookup"),
                                           ("hicache_skips", "callback")])
 def test_ansible_doc_documents_the_plugins(installed, plugin, kind):
