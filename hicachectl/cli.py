@@ -351,7 +351,7 @@ def doctor(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bo
         raise typer.Exit(EXIT_INVALID)
     result = runner.run_playbook("doctor.yml", inv.path, limit=limit)
     hosts = sorted(deployments)
-    reports = {h: result.hosts[h].facts.get("__hicache_preflight") if h in result.hosts else None for h in hosts}
+    reports = {h: result.hosts[h].facts.get("hicache_preflight_report") if h in result.hosts else None for h in hosts}
     unchecked = {h: "; ".join(map(str, result.hosts[h].reasons)) if h in result.hosts else "not run" for h, r in reports.items() if r is None}
     code = preflight.doctor_exit_code(reports)
     if json:
@@ -399,7 +399,7 @@ def status(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bo
     result = runner.run_playbook("status.yml", inv.path, limit=limit, hosts=deployments)
     rows, data, code = [], {}, EXIT_OK
     for host in sorted(deployments):
-        state = result.hosts[host].facts.get("__hicache_status")
+        state = result.hosts[host].facts.get("hicache_status_report")
         if state is None:
             reason = "; ".join(result.hosts[host].reasons) or result.hosts[host].status
             data[host], code = {"ok": False, "error": reason}, 2
@@ -450,7 +450,7 @@ def verify(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bo
     hosts, code = {}, EXIT_OK
     for host in sorted(deployments):
         outcome = result.hosts[host]
-        verdict = outcome.facts.get("__hicache_verify_result")
+        verdict = outcome.facts.get("hicache_verify_report")
         if verdict is None:
             why = "; ".join(outcome.reasons) or ("not verified: the proof stops restarting servers after a failed batch"
                                                  if l3 and outcome.status == "not run" else outcome.status)

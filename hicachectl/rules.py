@@ -359,7 +359,7 @@ def _model_source(d, out):
         out.error("hicache_model_dir", "model-dir-required", f"hicache_model_source {d.model_source} needs a directory for the weights.", "set hicache_model_dir (mounted at hicache_model_path).")
     if d.model_source == "hub" and not d.model_repo:
         out.error("hicache_model_repo", "model-repo-required", "is needed to download from the hub.", "set it, e.g. Qwen/Qwen3-8B.")
-    if d.model_dir and d.container_runtime != "none" and not re.fullmatch(r"/[^:]*", d.model_path):
+    if d.model_dir and d.model_path is not None and d.container_runtime != "none" and not re.fullmatch(r"/[^:]*", d.model_path):
         out.error("hicache_model_path", "mount-path", f"{d.model_path!r} is where hicache_model_dir is mounted in the container (-v DIR:PATH:ro), "
                   "so it must be an absolute path without ':'.", "use a container path such as /models/weights, or remove hicache_model_dir.")
 

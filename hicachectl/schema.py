@@ -379,6 +379,9 @@ BY_NAME: dict[str, Var] = {v.name: v for v in VARIABLES}
 # Facts the roles set for each other, for the CLI's playbooks and for a user's tasks: public, not variables.
 FACTS = {
     "hicache_facts": "What the host has (hicache_host_facts' report): set by preflight, reused by storage.",
+    "hicache_preflight_report": "The preflight role's judgement of the host (checks, required_missing); hicachectl doctor reads it.",
+    "hicache_status_report": "What the status playbook read on the host; hicachectl status reads it.",
+    "hicache_verify_report": "The verify playbook's checks of the host's server; hicachectl verify reads it.",
 }
 
 # The roles of the collection, in the order site.yml runs them ("site" above is the playbook's own).
@@ -388,13 +391,13 @@ _STORAGE = tuple(v.name for v in VARIABLES if v.role == "storage")
 # the variables it reads, so it runs alone from a user's playbook with only those set.
 # tests/test_role_variables.py records what each role's plan really reads and holds this to it.
 ALSO_READS: dict[str, tuple[str, ...]] = {
-    "preflight": ("hicache_cache_dir", "hicache_container_runtime", "hicache_size_gb", "hicache_tp_size") + _STORAGE,
+    "preflight": ("hicache_base_dir", "hicache_cache_dir", "hicache_container_runtime", "hicache_size_gb", "hicache_tp_size") + _STORAGE,
     "nic_tuning": ("hicache_storage_type", "hicache_strict"),
     "storage": ("hicache_cache_dir", "hicache_strict"),
     "host_limits": ("hicache_container_runtime", "hicache_strict"),
     "container_runtime": ("hicache_container_runtime", "hicache_limits_restart_runtime", "hicache_limits_runtime_service", "hicache_strict"),
     "sglang_image": ("hicache_container_runtime", "hicache_image", "hicache_strict"),
-    "model": ("hicache_model_dir", "hicache_strict"),
+    "model": ("hicache_container_runtime", "hicache_model_dir", "hicache_strict"),
     "sglang_server": ("hicache_container_seccomp", "hicache_limits_runtime_service", "hicache_strict"),
 }
 

@@ -62,7 +62,9 @@ def test_the_built_collection_holds_only_the_collection(installed):
     root = installed["root"]
     top = {p.name for p in root.iterdir()}
     assert {"roles", "plugins", "playbooks", "meta", "MANIFEST.json", "FILES.json"} <= top
-    assert not top & {"hicachectl", "tests", "molecule", "inventories", "pyproject.toml", "ansible.cfg", ".git", ".venv"}, top
+    assert not top & {"hicachectl", "molecule", "inventories", "pyproject.toml", "ansible.cfg", ".git", ".venv", ".ansible"}, top
+    shipped_tests = {str(p.relative_to(root)) for p in (root / "tests").rglob("*") if p.is_file()}
+    assert shipped_tests == {f"tests/sanity/ignore-2.{minor}.txt" for minor in (19, 20, 21)}, shipped_tests  # ansible-test's only
 
 
 @pytest.mark.parametrize("role", schema.ROLES)

@@ -23,7 +23,7 @@ _spec.loader.exec_module(filters)
 
 FACTS = FULL
 PLANS = {
-    "preflight": lambda v, h: [filters.hicache_preflight(v, h, facts) for facts in (FULL, BARE)],
+    "preflight": lambda v, h: [filters.hicache_settings(v, h, "preflight")] + [filters.hicache_preflight(v, h, facts) for facts in (FULL, BARE)],
     "nic_tuning": lambda v, h: filters.hicache_nic(v, h),
     "storage": lambda v, h: [filters.hicache_storage(v, h, facts) for facts in (FULL, BARE)],
     "host_limits": lambda v, h: filters.hicache_limits(v, h),
@@ -97,6 +97,16 @@ def test_a_role_runs_alone_with_only_its_required_variables(role):
                 for v in schema.role_variables(role) if v.required}
     variables = {**schema.role_defaults(role), **required}
     assert PLANS[role](variables, "h") is not None
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("role", schema.ROLES)
+def test_a_role_runs_alone_with_a_profiles_values_of_only_its_variables(profile, role):
+    """Each shipped profile, cut down to what the role lists (a user's playbook giving the role only its own)."""
+    listed = {v.name for v in schema.role_variables(role)}
+    for host, variables in inventory.load(ROOT / "inventories" / profile).hosts.items():
+        own = {name: value for name, value in variables.items() if name in listed}
+        assert PLANS[role](own, host) is not None
 
 
 def test_a_role_alone_still_refuses_its_own_bad_values():

@@ -16,7 +16,7 @@ try:
     from hicachectl.model import PREFIX
 except ImportError as error:  # pragma: no cover - exercised by ansible-test's import sanity test
     CORE_MISSING = (f"hicache.deploy needs the Python package hicache-deploy on the controller (it provides hicachectl): "
-                    f"pip install hicache-deploy into the Python that runs Ansible ({error})")
+                    f"pip install its wheel into the Python that runs Ansible, see COLLECTION.md ({error})")
 else:
     CORE_MISSING = None
 
@@ -98,9 +98,10 @@ def hicache_secret_file(hostvars, host, name, uring_fallback=False):
     raise AnsibleFilterError(f"{host} renders no file holding secrets named {name!r}")
 
 
-def hicache_settings(hostvars, host):
-    """Every variable of the host with defaults applied and paths resolved."""
-    return _deployment(hostvars, host).as_vars()
+def hicache_settings(hostvars, host, role=None):
+    """Every variable of the host with defaults applied and paths resolved; with `role`, checked as that role
+    alone needs them (a variable only other roles read may be unset)."""
+    return _deployment(hostvars, host, role).as_vars()
 
 
 def hicache_preflight(hostvars, host, facts, ansible_version=None):
