@@ -40,7 +40,7 @@ def run_role(tmp_path: pathlib.Path, registry, env: dict | None = None, **variab
                                   "hicache_image_tls_verify": False, "hicache_image_pull_retries": 6, "hicache_image_pull_delay": 2,
                                   **{f"hicache_{k}": v for k, v in variables.items()}}}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
-    (tmp_path / "play.yml").write_text("- hosts: all\n  gather_facts: false\n  roles: [sglang_image]\n")
+    (tmp_path / "play.yml").write_text("- hosts: all\n  gather_facts: false\n  roles: [hicache.deploy.sglang_image]\n")
     return subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")], cwd=ROOT,
                           env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), **(env or {})}, capture_output=True, text=True, timeout=600)
 
