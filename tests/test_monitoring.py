@@ -1,9 +1,9 @@
 """`hicachectl monitoring`: file_sd targets, alert rules and a Grafana dashboard, checked against SGLang's metric names.
 
-Fast: targets from an inventory, every metric name one the stand-in exports or one SGLang-only with its source, every
-query parsed by promtool (when installed), the alert logic through `promtool test rules` on synthetic series.
-Slow: Debian's Prometheus (installed when missing) scrapes three stand-ins through the rendered targets and rules;
-every dashboard query must return data after traffic, and stopping a stand-in must fire HiCacheServerDown.
+Fast: targets from an inventory, every metric name one the stand-in exports or one SGLang-only with its source.
+Slow (Debian's prometheus and promtool, installed when missing): every query parsed by promtool, the alert logic
+through `promtool test rules` on synthetic series; Prometheus scrapes three stand-ins through the rendered targets
+and rules, every dashboard query must return data after traffic, and stopping a stand-in must fire HiCacheServerDown.
 """
 
 from __future__ import annotations
@@ -122,13 +122,13 @@ def test_every_metric_is_one_sglang_exports_and_the_standin_or_its_source_shows_
     assert 'sglang:cached_tokens_total{cache_source="storage"}' in text  # the label SGLang uses for the tier
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed here: the slow test installs it and parses every query")
-def test_every_query_parses_and_the_rules_check(tmp_path):
+@pytest.mark.slow  # needs Debian's promtool, installed by the fixture when missing (never skipped)
+def test_every_query_parses_and_the_rules_check(tmp_path, prometheus_installed):
     check_with_promtool(tmp_path)
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed here (the slow test installs it)")
-def test_alert_logic_on_synthetic_series(tmp_path):
+@pytest.mark.slow  # needs Debian's promtool, installed by the fixture when missing (never skipped)
+def test_alert_logic_on_synthetic_series(tmp_path, prometheus_installed):
     """promtool test rules: a server down, an L3 hit share collapsing after a restart, write-through backups stalling,
     backups dropped; each alert's annotations name the instance."""
     (tmp_path / "rules.yml").write_text(yaml.safe_dump(monitoring.alert_rules(), sort_keys=False, width=1000))
