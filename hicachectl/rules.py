@@ -78,7 +78,7 @@ def check_host(host: str, raw: Mapping[str, Any], role: str | None = None) -> tu
     deployment = build(host, raw)
     findings += check_deployment(deployment)
     if scope is not None:
-        findings = [f for f in findings if _VARIABLE.match(f.variable) is None or _VARIABLE.match(f.variable).group(0) in scope]
+        findings = [f for f in findings if (named := _VARIABLE.match(f.variable)) is None or named.group(0) in scope]
     return deployment, findings
 
 

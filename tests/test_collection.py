@@ -17,17 +17,14 @@ import sys
 
 import pytest
 import yaml
+from fleet import STANDIN, Fleet
 from support import ROOT
 
 from hicachectl import schema
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "infra"))
-from fleet import Fleet  # noqa: E402
-
 pytestmark = pytest.mark.slow
 
 BIN = pathlib.Path(sys.executable).parent
-STANDIN = "/opt/standin/sglang_standin.py"
 
 
 def _env(home: pathlib.Path, collections: pathlib.Path) -> dict[str, str]:
@@ -118,10 +115,8 @@ def test_ansible_test_sanity_passes(installed):
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory):
-    fleet = Fleet(tmp_path_factory.mktemp("fleet"), 1, prefix="hicache-coll").up()
+    fleet = Fleet(tmp_path_factory.mktemp("fleet"), 1, prefix="hicache-coll").up().install_standin()
     name = next(iter(fleet.hosts))
-    code = (ROOT / "tests/standin/sglang_standin.py").read_text()
-    assert fleet.ssh(name, f"mkdir -p /opt/standin && cat > {STANDIN} <<'STANDIN_EOF'\n{code}\nSTANDIN_EOF").returncode == 0
     yield fleet, name
     fleet.down()
 

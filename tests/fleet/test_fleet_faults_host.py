@@ -13,12 +13,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from fleet import Fleet
-from support import ROOT, cli, cli_json
+from fleet import STANDIN, Fleet
+from support import cli, cli_json
 
 pytestmark = pytest.mark.slow
 
-STANDIN = "/opt/standin/sglang_standin.py"
 GPU_STANDIN = "/usr/local/bin/nvidia-smi"
 L3 = "/mnt/nvme/sglang-hicache"
 SERVED = {
@@ -36,14 +35,11 @@ TMPFS_TIER = {"hicache_storage_device": "tmpfs", "hicache_storage_fstype": "tmpf
 @pytest.fixture(scope="module")
 def host(tmp_path_factory):
     """One test host with CAP_SYS_ADMIN, the SGLang stand-in and a stand-in nvidia-smi: (fleet, name)."""
-    fleet = Fleet(tmp_path_factory.mktemp("faults"), 1, prefix="hicache-faults", caps=("SYS_ADMIN",)).up()
+    fleet = Fleet(tmp_path_factory.mktemp("faults"), 1, prefix="hicache-faults", caps=("SYS_ADMIN",)).up().install_standin()
     name = next(iter(fleet.hosts))
-    code = (ROOT / "tests/standin/sglang_standin.py").read_text()
     gpu = ("#!/bin/sh\n# Stand-in for nvidia-smi in hicache-deploy's fault tests: this test host has no GPU.\n"
            'echo "GPU 0: hicache-deploy test stand-in, not a GPU (UUID: GPU-00000000-0000-0000-0000-000000000000)"\n')
-    setup = (f"mkdir -p /opt/standin && cat > {STANDIN} <<'STANDIN_EOF'\n{code}\nSTANDIN_EOF\n"
-             f"cat > {GPU_STANDIN} <<'GPU_EOF'\n{gpu}GPU_EOF\nchmod 0755 {GPU_STANDIN}")
-    assert fleet.ssh(name, setup).returncode == 0
+    assert fleet.ssh(name, f"cat > {GPU_STANDIN} <<'GPU_EOF'\n{gpu}GPU_EOF\nchmod 0755 {GPU_STANDIN}").returncode == 0
     yield fleet, name
     fleet.down()
 

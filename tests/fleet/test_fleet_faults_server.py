@@ -11,14 +11,12 @@ import sys
 import time
 
 import pytest
+from fleet import STANDIN, Fleet
 from support import ROOT, cli, cli_json
 
 pytestmark = pytest.mark.slow
 
-sys.path.insert(0, str(ROOT / "tests" / "infra"))
-from fleet import Fleet  # noqa: E402
 
-STANDIN = "/opt/standin/sglang_standin.py"
 SERVER_VARS = {
     "hicache_container_runtime": "none",
     "hicache_launcher": ["python3", STANDIN],
@@ -32,10 +30,7 @@ LOCK = "/run/hicache-deploy.lock"
 
 @pytest.fixture(scope="module")
 def fleet2(tmp_path_factory):
-    fleet = Fleet(tmp_path_factory.mktemp("faults"), 2, prefix="hicache-faults").up()
-    code = (ROOT / "tests/standin/sglang_standin.py").read_text()
-    for host in fleet.hosts:
-        assert fleet.ssh(host, f"mkdir -p /opt/standin && cat > {STANDIN} <<'STANDIN_EOF'\n{code}\nSTANDIN_EOF").returncode == 0
+    fleet = Fleet(tmp_path_factory.mktemp("faults"), 2, prefix="hicache-faults").up().install_standin()
     yield fleet
     fleet.down()
 

@@ -15,11 +15,11 @@ import sys
 import threading
 
 import pytest
-from support import ROOT, cli, cli_json
+from fleet import STANDIN
+from support import cli, cli_json
 
 pytestmark = pytest.mark.slow
 
-STANDIN = "/opt/standin/sglang_standin.py"
 TOKEN = "hf_FLEETtokenSECRET0123456789"
 ENV_SECRET = "fleet s3cret$VALUE=42\\z"
 NEW_SECRET = "rotated-FLEET-secret-9876"
@@ -46,10 +46,7 @@ def assert_hidden(text: str, *values: str) -> None:
 
 @pytest.fixture(scope="module")
 def secret_fleet(fleet3):
-    code = (ROOT / "tests/standin/sglang_standin.py").read_text()
-    for host in fleet3.hosts:
-        assert fleet3.ssh(host, f"mkdir -p /opt/standin && cat > {STANDIN} <<'STANDIN_EOF'\n{code}\nSTANDIN_EOF").returncode == 0
-    return fleet3
+    return fleet3.install_standin()
 
 
 def test_plan_and_deploy_never_show_a_secret_and_the_server_gets_it(secret_fleet):

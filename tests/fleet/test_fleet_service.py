@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from fleet import STANDIN
 from support import ROOT, cli, cli_json
 
 pytestmark = pytest.mark.slow
 
-STANDIN = "/opt/standin/sglang_standin.py"
 SERVICE_VARS = {
     "hicache_container_runtime": "none",
     "hicache_launcher": ["python3", STANDIN],
@@ -23,10 +23,7 @@ SERVICE_VARS = {
 
 @pytest.fixture(scope="module")
 def served_fleet(fleet3):
-    code = (ROOT / "tests/standin/sglang_standin.py").read_text()
-    for host in fleet3.hosts:
-        assert fleet3.ssh(host, f"mkdir -p /opt/standin && cat > {STANDIN} <<'STANDIN_EOF'\n{code}\nSTANDIN_EOF").returncode == 0
-    return fleet3
+    return fleet3.install_standin()
 
 
 def main_pid(fleet, host):

@@ -14,6 +14,9 @@ import yaml
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 TESTHOST = str(HERE / "testhost.sh")
+# Where install_standin puts SGLang's stand-in (tests/standin) on a test host; a test's start.sh execs it there
+# (hicache_launcher: [python3, STANDIN], hicache_container_runtime: none), as no test host has a GPU.
+STANDIN = "/opt/standin/sglang_standin.py"
 
 
 def free_port() -> int:
@@ -68,6 +71,15 @@ class Fleet:
             (path / "group_vars" / "all.yml").rename(path / "group_vars" / "all" / "00_profile.yml")
             (path / "group_vars" / "all" / "zz_test.yml").write_text(yaml.safe_dump(extra_vars))
         return path
+
+    def install_standin(self, names=None) -> Fleet:
+        """Copy SGLang's stand-in to STANDIN on the named hosts (every host by default)."""
+        code = (ROOT / "tests/standin/sglang_standin.py").read_text()
+        for name in names or self.hosts:
+            proc = self.ssh(name, f"mkdir -p {os.path.dirname(STANDIN)} && cat > {STANDIN} <<'STANDIN_EOF'\n{code}\nSTANDIN_EOF")
+            if proc.returncode != 0:
+                raise RuntimeError(f"cannot install the stand-in on {name}: {proc.stderr.strip()}")
+        return self
 
     def ssh(self, name: str, command: str) -> subprocess.CompletedProcess:
         return subprocess.run(["ssh", "-q", "-i", str(self.key), "-p", str(self.hosts[name]), "-o", "BatchMode=yes",
