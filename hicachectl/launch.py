@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from hicachectl import schema, secrets
+from hicachectl import namespace, schema, secrets
 from hicachectl.model import PREFIX, field_name
 from hicachectl.tomlwriter import dumps as toml_dumps
 
@@ -90,7 +90,11 @@ def uring_fallback(d):
 
 
 def extra_config(d) -> dict | None:
-    return dict(d.extra_config) if d.extra_config else None
+    """The backend's extra config; the dynamic backend's key_namespace is the L3 namespace (hicachectl/namespace.py)."""
+    config = dict(d.extra_config) if d.extra_config else {}
+    if d.storage_backend == "dynamic" and namespace.of(d):
+        config["key_namespace"] = namespace.of(d)
+    return config or None
 
 
 def in_container(d) -> bool:
@@ -103,7 +107,8 @@ def server_cfg_dir(d) -> str:
 
 
 def server_cache_dir(d) -> str | None:
-    return d.cache_container_dir if in_container(d) else d.cache_dir
+    """The server's L3 directory as it sees it: its namespace under the tier's mount point (see namespace.py)."""
+    return namespace.server_dir(d, d.cache_container_dir if in_container(d) else d.cache_dir)
 
 
 def extra_config_file_name(d) -> str | None:

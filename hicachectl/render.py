@@ -11,7 +11,7 @@ import shlex
 
 import jinja2
 
-from hicachectl import launch, secrets
+from hicachectl import launch, namespace, secrets
 from hicachectl.paths import TEMPLATES
 
 
@@ -81,7 +81,9 @@ def _script(d, template: str, detach: bool) -> str:
     container = launch.in_container(d)
     run = [" ".join(shell_word(w) for w in group) for group in launch.container_run_groups(d, detach)] if container else []
     return _environment().get_template(template).render(
-        host=d.inventory_host, cfg_dir=d.cfg_dir, cache_dir=d.cache_dir, run=run, container=container,
+        # the server's own L3 directory (its namespace under the tier) exists before it starts
+        host=d.inventory_host, cfg_dir=d.cfg_dir, cache_dir=namespace.host_dir(d) or d.cache_dir, run=run, container=container,
+        namespace_dir=namespace.host_dir(d) if namespace.of(d) else None,
         env=launch.container_env(d), secret_env_file=launch.secret_env_file(d), runtime=d.container_runtime,
         name=d.container_name, unit=unit_name(d))
 
@@ -141,4 +143,6 @@ def config_hash(rendered: list[RenderedFile]) -> str:
 def deployed(d, rendered: list[RenderedFile]) -> dict:
     """The record of a config: installed.json beside its files, deployed.json once it runs. Changes only with the config."""
     return {"config_hash": config_hash(rendered), "image": d.image, "sglang_version": d.sglang_version,
-            "served_model_name": d.served_name, "port": d.effective_port}
+            "served_model_name": d.served_name, "port": d.effective_port,
+            # where its pages go: `hicachectl l3 --prune` keeps what a running server uses, whatever the inventory says now
+            "l3_namespace": namespace.of(d), "l3_dir": namespace.host_dir(d)}

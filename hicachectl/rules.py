@@ -118,6 +118,56 @@ def check_fleet(hosts: Mapping[str, Mapping[str, Any]], connections: Mapping[str
     return findings
 
 
+def check_shared_tiers(deployments: Mapping[str, Any]) -> list[Finding]:
+    """Hosts that share an L3 tier (hicache_l3_share) and one directory of it (the same namespace, or the namespace
+    off) read each other's pages. Two such servers whose page format differs in what SGLang's keys do not hold (KV
+    dtype, memory layout, the weights behind one served name: sglang#33268) would read each other's pages as their
+    own: refused. Hosts of one tier in different namespaces share nothing: a warning."""
+    from hicachectl import namespace
+
+    tiers: dict[str, list[str]] = {}
+    for host, d in deployments.items():
+        if d is not None and d.l3_share and d.storage_backend is not None:
+            tiers.setdefault(d.l3_share, []).append(host)
+    findings = []
+    for share, hosts in tiers.items():
+        directories: dict[str | None, list[str]] = {}
+        for host in hosts:
+            directories.setdefault(namespace.of(deployments[host]), []).append(host)
+        for name, together in directories.items():
+            first = deployments[together[0]]
+            for host in together[1:]:
+                clash = namespace.collisions(first, deployments[host])
+                if clash:
+                    where = f"namespace {name}" if name else "the tier itself (namespace off)"
+                    findings.append(Finding(
+                        ERROR, host, "hicache_l3_namespace", "l3-shared-format",
+                        f"writes into {where} on L3 tier {share} with {together[0]}, but their pages differ ({', '.join(clash)}) "
+                        "in what SGLang's keys do not hold: each would read the other's pages as its own.",
+                        "set hicache_l3_namespace: auto on the hosts of the tier (or make their page formats equal)."))
+        if len(directories) > 1:
+            names = ", ".join(f"{name or 'off'} ({compact_hosts(together)})" for name, together in directories.items())
+            for host in hosts:
+                findings.append(Finding(
+                    WARNING, host, "hicache_l3_share", "l3-share-split",
+                    f"the hosts of L3 tier {share} use {len(directories)} namespaces ({names}): pages are shared only within each.",
+                    "give the servers of one tier one page format (see `hicachectl validate` for what each namespace is derived from)."))
+    return findings
+
+
+def check_routed(deployments: Mapping[str, Any], routers: Iterable[str]) -> list[Finding]:
+    """With routers in the inventory, every restart drains the server first, reading its running and queued requests
+    on /metrics: a server without metrics could only be restarted blind (requests cut), so it is refused here."""
+    routers = list(routers)
+    if not routers:
+        return []
+    return [Finding(ERROR, host, "hicache_enable_metrics", "router-drain-metrics",
+                    f"is false, but the inventory has routers ({compact_hosts(routers)}): a restart takes the server out of them and "
+                    "waits for its running and queued requests on /metrics, which it would not serve.",
+                    "set hicache_enable_metrics: true.")
+            for host, d in deployments.items() if d is not None and not d.enable_metrics]
+
+
 # --- fleet-sized output ---------------------------------------------------------------------------
 
 def group_findings(findings: Iterable[Finding]) -> list[tuple[Finding, list[str]]]:
@@ -470,6 +520,21 @@ def _io_layout(d, out):
 _MANAGED_FLAGS = {v.flag: v.name for v in schema.VARIABLES if v.flag} | {
     "--enable-hierarchical-cache": "(always on)", "--enable-hicache": "(always on)",
     "--enable-metrics": "hicache_enable_metrics", "--enable-cache-report": "hicache_enable_cache_report"}
+# SGLang's other spellings of those flags (0.5.21's parser): the same setting given twice under another name.
+_FLAG_ALIASES = {"--model": "--model-path", "--tensor-parallel-size": "--tp-size", "--pipeline-parallel-size": "--pp-size",
+                 "--data-parallel-size": "--dp-size", "--attention-context-parallel-size": "--attn-cp-size"}
+_MANAGED_FLAGS |= {alias: _MANAGED_FLAGS[flag] for alias, flag in _FLAG_ALIASES.items()}
+
+
+def _managed(flag: str) -> str | None:
+    """The variable a flag of hicache_extra_args would set twice: the flag itself, an alias, or an abbreviation
+    argparse expands (SGLang's parser takes `--tp` for `--tp-size`)."""
+    if flag in _MANAGED_FLAGS:
+        return _MANAGED_FLAGS[flag]
+    expanded = {name for managed, name in _MANAGED_FLAGS.items() if len(flag) > 3 and managed.startswith(flag)}
+    return expanded.pop() if len(expanded) == 1 else None
+
+
 _INCOMPATIBLE_FLAGS = {
     "--disable-radix-cache": "HiCache needs the radix cache; SGLang refuses the combination.",
     "--enable-lmcache": "LMCache and HiCache are exclusive; SGLang refuses the combination.",
@@ -487,9 +552,9 @@ def _extra_args(d, out):
         flag = str(arg).split("=", 1)[0]
         if flag in _INCOMPATIBLE_FLAGS:
             out.error(f"hicache_extra_args[{i}]", "incompatible-flag", f"{flag}: {_INCOMPATIBLE_FLAGS[flag]}", f"remove {flag}.")
-        elif flag in _MANAGED_FLAGS:
-            out.error(f"hicache_extra_args[{i}]", "managed-flag", f"{flag} is rendered from {_MANAGED_FLAGS[flag]}; giving it twice makes the last one win silently.",
-                      f"remove it and set {_MANAGED_FLAGS[flag]}.")
+        elif flag.startswith("--") and _managed(flag):
+            out.error(f"hicache_extra_args[{i}]", "managed-flag", f"{flag} is rendered from {_managed(flag)}; giving it twice makes the last one win silently.",
+                      f"remove it and set {_managed(flag)}.")
     if "--enable-kv-cache-sharding" in map(str, d.extra_args) and d.storage_backend:
         out.error("hicache_extra_args", "incompatible-flag", "--enable-kv-cache-sharding cannot be used with an L3 storage backend.", "remove it or the storage backend.")
 
@@ -680,6 +745,21 @@ def _xkv_limits(d, out):
     max_io = d.extra_config.get("max_io_bytes")
     if max_io is not None and (not _type_ok("int", max_io) or max_io > 131072):
         out.error("hicache_extra_config.max_io_bytes", "xkv-limits", f"{max_io!r}: the card takes at most 131072 bytes in one transfer.", "keep 131072.")
+
+
+@rule
+def _l3_namespace(d, out):
+    if d.storage_backend is None:
+        return
+    if d.l3_namespace == "off":
+        out.warn("hicache_l3_namespace", "l3-namespace-off",
+                 "is off: pages go directly into the tier, so a server whose KV dtype, TP layout or memory layout changed reads the "
+                 "old pages as its own (SGLang's keys do not hold them, sglang#33268).",
+                 "set hicache_l3_namespace: auto (the seed profiles keep off only to reproduce their documents' paths).")
+    elif d.storage_backend == "dynamic" and "key_namespace" in d.extra_config:
+        out.error("hicache_extra_config.key_namespace", "l3-namespace",
+                  "is set while hicache_l3_namespace sets the backend's key_namespace itself.",
+                  "remove key_namespace and set hicache_l3_namespace to that name (or to off to keep yours).")
 
 
 @rule

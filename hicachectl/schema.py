@@ -292,16 +292,49 @@ VARIABLES: tuple[Var, ...] = (
     _v("hicache_io_backend", "str", None, "--hicache-io-backend.", choices=("direct", "kernel"), flag="--hicache-io-backend"),
     _v("hicache_mem_layout", "str", None, "--hicache-mem-layout.", choices=("layer_first", "page_first", "page_first_direct", "page_first_kv_split", "page_head"), flag="--hicache-mem-layout"),
     _v("hicache_storage_backend", "str", None, "--hicache-storage-backend (the L3 tier); None keeps HiCache at L2 only.", choices=("file", "nixl", "dynamic"), flag="--hicache-storage-backend"),
+    _v("hicache_kv_cache_dtype", "str", None, "--kv-cache-dtype (SGLang default auto: the model's dtype). It changes the page format, so it is part of the L3 namespace.",
+       choices=("auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4", "fp4_mx_block16"), flag="--kv-cache-dtype"),
     _v("hicache_prefetch_policy", "str", None, "--hicache-storage-prefetch-policy.", choices=("best_effort", "wait_complete", "timeout"), flag="--hicache-storage-prefetch-policy"),
     _v("hicache_extra_config", "dict", {}, "--hicache-storage-backend-extra-config as a mapping: SGLang's keys, the backend's keys (NIXL plugin sections, dynamic backend module).",
        flag="--hicache-storage-backend-extra-config", domain=Domain("SGLang's and the backend's keys; every string on one line", {}, "extra-config-type")),
     _v("hicache_extra_config_file", "str", None, "Write the extra config to this file name in cfg/ (.json, .toml, .yaml) and pass it as @/cfg/<name>; None passes inline JSON.",
        domain=Domain("a file name of letters, digits and . _ -", "extra_config.json", "extra-config-file", pattern=r"[A-Za-z0-9][A-Za-z0-9._-]*")),
     _v("hicache_nixl_plugin", "str", None, "SGLANG_HICACHE_NIXL_BACKEND_PLUGIN; used by SGLang only when hicache_extra_config has no 'plugin' section.", choices=("auto", "POSIX", "GDS_MT", "GDS", "3FS", "OBJ")),
+    _v("hicache_l3_namespace", "str", "auto", "The L3 namespace: a directory under hicache_cache_dir (the dynamic backend's key_namespace) that holds this server's pages. "
+       "auto derives it from everything that changes the page format (model and revision, KV dtype, page size, TP/PP/attention-CP layout, memory layout, "
+       "backend), so a changed config never reads stale pages and identical servers share; off uses hicache_cache_dir itself (as the seed documents do); "
+       "any other value is used as it is. `hicachectl validate` explains it.",
+       domain=Domain("auto, off, or a name of letters, digits and . _ - (at most 64)", "auto", "l3-namespace", pattern=r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")),
+    _v("hicache_l3_share", "str", None, "Name of the L3 tier this host shares with the other hosts that give the same name (one export mounted on all of them); "
+       "`verify --l3` then proves that a page one of them wrote is a hit on another. None: this host's L3 is its own.",
+       domain=Domain("a name of letters, digits and . _ -", "vast-prod", "l3-share", pattern=r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")),
     _v("hicache_skip_server_warmup", "bool", False, "--skip-server-warmup.", flag="--skip-server-warmup"),
     _v("hicache_enable_metrics", "bool", True, "--enable-metrics: needed to see L3 hits (verify, bench)."),
     _v("hicache_enable_cache_report", "bool", True, "--enable-cache-report: cached_tokens in every response (verify, bench)."),
     _v("hicache_extra_args", "list", [], "Further SGLang flags, appended as given (checked against the real parser by the conformance tests).",
+       domain=Domain("words (strings or numbers)", ["--log-level", "info"], "type", item_types=("str", "int", "float"))),
+    # --- the router (hosts of the hicache_routers group) ---------------------------------------------
+    _v("hicache_worker_url", "str", None, "URL at which the routers reach this server (default: http://<ansible_host or the inventory name>:<hicache_port>).", role="router",
+       domain=Domain("http(s)://host[:port] without a path", "http://10.0.0.11:30000", "worker-url", pattern=r"https?://(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::[0-9]{1,5})?")),
+    _v("hicache_router_version", "str", "0.3.2", "Version of the sglang-router package (PyPI) the router runs; pinned.", role="router",
+       domain=Domain("a release version such as 0.3.2", "0.3.2", "version", pattern=r"[0-9]+(?:\.[0-9]+){1,3}(?:(?:a|b|rc|\.post|\.dev)[0-9]+)?")),
+    _v("hicache_router_dir", "str", "/opt/sglang-router", "Directory of the router's own virtualenv on the router host.", role="router",
+       domain=Domain(UNIT_PATH.format(""), "/opt/sglang-router", "unit-safe-path", pattern=_UNIT_PATH)),
+    _v("hicache_router_service_name", "str", "sglang-router", "systemd unit that runs the router.", role="router",
+       domain=Domain("a systemd unit name without .service: letters, digits and _ . -, not starting with -", "sglang-router", "unit-name", pattern=UNIT_STEM)),
+    _v("hicache_router_host", "str", "0.0.0.0", "Address the router listens on (--host).", role="router", domain=Domain("an IP address or a host name", "0.0.0.0", "address", check=is_address)),
+    _v("hicache_router_port", "int", 30080, "Port of the router's OpenAI-compatible API and worker API (--port).", role="router", domain=PORT),
+    _v("hicache_router_prometheus_port", "int", 29000, "Port of the router's Prometheus metrics (--prometheus-port).", role="router", domain=PORT),
+    _v("hicache_router_policy", "str", "cache_aware", "Routing policy (--policy); cache_aware sends a prompt to the worker holding the longest shared prefix.", role="router",
+       choices=("cache_aware", "round_robin", "random", "power_of_two")),
+    _v("hicache_router_index_url", "str", None, "pip index (a mirror) to install the router from; None: pip's configured index.", role="router",
+       domain=Domain("an http(s) URL without spaces", "https://pypi.example.com/simple", "url", pattern=r"https?://[^\s]+")),
+    _v("hicache_router_wheelhouse", "str", None, "Directory on the controller with the router's wheels and its dependencies' (`pip download sglang-router==VERSION`); "
+       "copied to the host and installed offline. None: from the index.", role="router",
+       domain=dataclasses.replace(NON_EMPTY, text="a non-empty path", example="wheels/sglang-router")),
+    _v("hicache_router_drain_timeout", "int", 300, "Seconds a rolling change waits for a server taken out of the routers to finish its requests before it restarts.", role="router",
+       domain=Domain("seconds, at least 1", 300, "range", low=1)),
+    _v("hicache_router_extra_args", "list", [], "Further `sglang-router launch` flags, appended as given.", role="router",
        domain=Domain("words (strings or numbers)", ["--log-level", "info"], "type", item_types=("str", "int", "float"))),
     # --- host facts the rules use -----------------------------------------------------------------
     _v("hicache_host_ram_gb", "int", None, "Host RAM in GB when known before deployment; the rules check the host pool against it.", role="preflight", domain=POSITIVE),
@@ -382,10 +415,11 @@ FACTS = {
     "hicache_preflight_report": "The preflight role's judgement of the host (checks, required_missing); hicachectl doctor reads it.",
     "hicache_status_report": "What the status playbook read on the host; hicachectl status reads it.",
     "hicache_verify_report": "The verify playbook's checks of the host's server; hicachectl verify reads it.",
+    "hicache_l3_report": "The L3 namespaces of the host's tier as the l3 playbook listed them (and what it removed); hicachectl l3 reads it.",
 }
 
 # The roles of the collection, in the order site.yml runs them ("site" above is the playbook's own).
-ROLES = ("preflight", "nic_tuning", "storage", "host_limits", "container_runtime", "sglang_image", "model", "sglang_server")
+ROLES = ("preflight", "nic_tuning", "storage", "host_limits", "container_runtime", "sglang_image", "model", "sglang_server", "router")
 _STORAGE = tuple(v.name for v in VARIABLES if v.role == "storage")
 # What a role's plan reads beyond the variables it owns (Var.role): each role lists, defaults and checks all
 # the variables it reads, so it runs alone from a user's playbook with only those set.
@@ -398,7 +432,8 @@ ALSO_READS: dict[str, tuple[str, ...]] = {
     "container_runtime": ("hicache_container_runtime", "hicache_limits_restart_runtime", "hicache_limits_runtime_service", "hicache_strict"),
     "sglang_image": ("hicache_container_runtime", "hicache_image", "hicache_strict"),
     "model": ("hicache_container_runtime", "hicache_model_dir", "hicache_strict"),
-    "sglang_server": ("hicache_container_seccomp", "hicache_limits_runtime_service", "hicache_strict"),
+    "sglang_server": ("hicache_container_seccomp", "hicache_limits_runtime_service", "hicache_model_repo", "hicache_model_revision",
+                      "hicache_router_drain_timeout", "hicache_strict", "hicache_worker_url"),
 }
 
 

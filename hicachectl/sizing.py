@@ -126,20 +126,12 @@ class Workload:
     target_warm_ttft_s: float | None = None
 
 
-def _flag_value(args: list, flag: str) -> str | None:
-    for i, arg in enumerate(args):
-        if str(arg).startswith(flag + "="):
-            return str(arg).split("=", 1)[1]
-        if arg == flag and i + 1 < len(args):
-            return str(args[i + 1])
-    return None
-
 
 def workload_for(d: Any, **overrides: Any) -> Workload:
     """A deployment's workload: its parallelism, page size, KV dtype and the hicache_workload_* variables."""
     values = dict(
         tp_size=d.tp_size or 1, pp_size=d.pp_size or 1, page_size=d.page_size or 1,
-        kv_cache_dtype=_flag_value(d.extra_args, "--kv-cache-dtype") or "auto",
+        kv_cache_dtype=d.kv_cache_dtype or "auto",  # --kv-cache-dtype in hicache_extra_args is refused (managed-flag)
         context_tokens=d.workload_context_tokens or d.context_length or Workload.context_tokens,
         concurrency=d.workload_concurrency or d.max_running_requests or 1,
         prefixes=d.workload_prefixes or 1,

@@ -19,6 +19,8 @@ import tomllib
 import seeds
 from helpers import SEED_EXACT, deployment, rendered
 
+from hicachectl import namespace
+
 OBSERVABILITY = [("--enable-cache-report", None), ("--enable-metrics", None)]
 
 
@@ -100,7 +102,12 @@ def test_local_inventory_is_the_tutorial_file_tier(shared):
     d = deployment("local", **SEED_EXACT)
     assert seeds.flag_pairs(ours(d)["argv"]) == seeds.flag_pairs(seed["argv"])
     run = [r for r in seeds.run_recorded(rendered(d)["run.sh"]) if r["prog"] == "docker"][0]["argv"]
-    assert f"SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR={seed['env']['SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR']}" in run
+    # The built-in profile keeps its L3 namespace on (auto): the tutorial's directory is the tier, the server's pages
+    # go into its namespace inside it (the other seed profiles set it off and match their documents' paths exactly).
+    tier = seed["env"]["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"]
+    assert d.cache_dir == tier and d.l3_namespace == "auto"
+    assert f"SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR={tier}/{namespace.of(d)}" in run
+    assert namespace.of(d).startswith("gpt-oss-20b-")
 
 
 def test_seed_extraction_sees_the_seed_values(shared):

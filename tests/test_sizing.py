@@ -121,3 +121,10 @@ def test_validate_warns_when_the_tiers_cannot_hold_the_working_set(tmp_path):
     missing = {**fits, "hicache_model_config": str(tmp_path / "nowhere.json")}
     report = cli_json("validate", "--inventory", str(make_inventory(tmp_path / "missing", missing)), check_rc=1)
     assert any(f["rule"] == "model-config" and f["variable"] == "hicache_model_config" for f in report["findings"])
+
+
+def test_the_inventorys_kv_cache_dtype_sizes_the_pages():
+    from helpers import deployment
+
+    assert sizing.workload_for(deployment("local", kv_cache_dtype="fp8_e4m3")).kv_cache_dtype == "fp8_e4m3"
+    assert sizing.workload_for(deployment("local")).kv_cache_dtype == "auto"

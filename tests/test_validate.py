@@ -104,6 +104,14 @@ CASES = [
     ("interface name too long", {**VALID, "hicache_nic_interfaces": ["enp1s0f0np0-vlan100"]}, None, "interface-name", "hicache_nic_interfaces[0]", "gpu-a"),
     ("cache mode not octal", {**VALID, "hicache_cache_mode": "rwxr-xr-x"}, None, "file-mode", "hicache_cache_mode", "gpu-a"),
     ("hub repo with a space", {**VALID, "hicache_model_source": "hub", "hicache_model_repo": "Qwen/Qwen3 8B"}, None, "model-repo", "hicache_model_repo", "gpu-a"),
+    ("shared tier, namespace off, two KV dtypes", {**VALID, "hicache_l3_share": "vast-a"}, {"hicache_kv_cache_dtype": "fp8_e4m3"},
+     "l3-shared-format", "hicache_l3_namespace", "gpu-b"),
+    ("a key_namespace beside the L3 namespace", {**ADP, "hicache_l3_namespace": "auto", "hicache_extra_config": {**ADP["hicache_extra_config"], "key_namespace": "x"}},
+     None, "l3-namespace", "hicache_extra_config.key_namespace", "gpu-a"),
+    ("TP size again under SGLang's alias", {**VALID, "hicache_extra_args": ["--tensor-parallel-size", "4"]}, None, "managed-flag", "hicache_extra_args[0]", "gpu-a"),
+    ("TP size again as an abbreviation argparse expands", {**VALID, "hicache_extra_args": ["--tp=4"]}, None, "managed-flag", "hicache_extra_args[0]", "gpu-a"),
+    ("KV dtype in extra args", {**VALID, "hicache_extra_args": ["--kv-cache-dtype", "fp8_e4m3"]}, None, "managed-flag", "hicache_extra_args[0]", "gpu-a"),
+    ("an L3 namespace with a slash", {**VALID, "hicache_l3_namespace": "../other"}, None, "l3-namespace", "hicache_l3_namespace", "gpu-a"),
 ]
 
 
@@ -209,3 +217,15 @@ def test_the_listener_does_see_a_contact(tmp_path, listener):
     subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory),
                     "playbooks/site.yml", "-e", "ansible_ssh_timeout=2"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert _connections(listener) > 0
+
+
+def test_with_routers_every_server_must_serve_metrics_the_drain_reads(tmp_path):
+    inventory = make_inventory(tmp_path, {**VALID, "hicache_enable_metrics": False})
+    hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
+    assert validate_here(inventory).exit_code == 0  # no router: metrics are the user's choice
+    hosts["all"]["children"]["hicache_routers"] = {"hosts": {"router-1": {"ansible_host": "127.0.0.3", "ansible_user": "root"}}}
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    result = validate_here(inventory, "--json")
+    assert result.exit_code == 1
+    found = [(f["host"], f["rule"]) for f in json.loads(result.stdout)["findings"] if f["level"] == "error"]
+    assert found == [("gpu-a", "router-drain-metrics"), ("gpu-b", "router-drain-metrics")]

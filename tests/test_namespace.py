@@ -1,0 +1,133 @@
+"""The L3 namespace: derived from everything that changes the page format, the same for identical servers."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from helpers import deployment, rendered
+
+from hicachectl import launch, namespace, rules, schema
+
+# Each setting that changes what a page holds, with a second value: each must give another namespace.
+PAGE_FORMAT = {
+    "kv_cache_dtype": "fp8_e4m3",
+    "page_size": 64,
+    "tp_size": 2,
+    "pp_size": 2,
+    "attn_cp_size": 2,
+    "mem_layout": "layer_first",
+    "storage_backend": "nixl",
+    "served_model_name": "another-model",
+    "model_path": "/models/other",
+    "model_revision": "refs-pr-1",
+}
+
+
+def test_identical_servers_share_a_namespace_and_it_lies_under_the_tier():
+    a, b = deployment("local"), deployment("local")
+    assert namespace.of(a) == namespace.of(b) and namespace.is_derived(namespace.of(a))
+    assert namespace.host_dir(a) == f"{a.cache_dir}/{namespace.of(a)}"
+    assert namespace.differences(a, b) == []
+
+
+@pytest.mark.parametrize(("field", "value"), PAGE_FORMAT.items())
+def test_every_page_format_setting_changes_the_namespace_and_is_named(field, value):
+    base = deployment("local")
+    changed = deployment("local", **{field: value})
+    assert namespace.of(changed) != namespace.of(base)
+    differences = namespace.differences(base, changed)
+    assert differences[-1].startswith("namespace ") and len(differences) >= 2, differences
+
+
+def test_a_setting_left_unset_and_sglangs_default_set_explicitly_share_a_namespace():
+    assert namespace.of(deployment("local")) == namespace.of(deployment("local", kv_cache_dtype="auto", tp_size=1, mem_layout="page_first"))
+
+
+def test_settings_that_do_not_change_pages_keep_the_namespace():
+    base = deployment("local")
+    for field, value in {"port": 30001, "max_running_requests": 8, "write_policy": "write_back", "ratio": 3}.items():
+        assert namespace.of(deployment("local", **{field: value})) == namespace.of(base), field
+
+
+def test_off_a_literal_and_no_tier():
+    off = deployment("local", l3_namespace="off")
+    assert namespace.of(off) is None and namespace.host_dir(off) == off.cache_dir
+    assert "off" in namespace.explain(off)
+    literal = deployment("local", l3_namespace="team-a")
+    assert namespace.of(literal) == "team-a" and not namespace.is_derived("team-a")
+    assert namespace.host_dir(literal).endswith("/team-a")
+    none = deployment("local", storage_backend=None)
+    assert namespace.of(none) is None and namespace.host_dir(none) is None
+
+
+def test_a_long_model_name_still_gives_a_name_the_catalogue_accepts():
+    d = deployment("local", served_model_name="Some-Org/" + "A" * 200 + " v2")
+    name = namespace.of(d)
+    assert len(name.encode()) <= 64 and namespace.is_derived(name)
+    assert re.fullmatch(schema.BY_NAME["hicache_l3_namespace"].domain.pattern, name)
+
+
+def test_the_server_gets_its_namespaced_directory():
+    d = deployment("local")
+    env = launch.container_env(d)
+    assert env["SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR"] == f"{d.cache_container_dir}/{namespace.of(d)}"
+    assert "mkdir -p \"${CACHE_DIR}\"" in rendered(d)["run.sh"] and namespace.of(d) in rendered(d)["run.sh"]
+    bare = deployment("local", container_runtime="none", launcher=["python3", "server.py"])
+    assert f"mkdir -p {namespace.host_dir(bare)}" in rendered(bare)["serve.sh"]
+    off = deployment("local", container_runtime="none", launcher=["python3", "server.py"], l3_namespace="off")
+    assert "mkdir" not in rendered(off)["serve.sh"]
+
+
+def test_the_dynamic_backend_gets_the_namespace_as_its_key_namespace():
+    d = deployment("adp", l3_namespace="auto")
+    config = json.loads(launch.extra_config_arg(d))
+    assert config["key_namespace"] == namespace.of(d) and namespace.of(d)
+    off = deployment("adp")  # the seed profile: namespace off, the document's config unchanged
+    assert "key_namespace" not in json.loads(launch.extra_config_arg(off))
+
+
+def test_a_key_namespace_of_its_own_beside_an_l3_namespace_is_refused_and_off_is_warned():
+    adp = deployment("adp")
+    _, findings = rules.check_host("gpu-01", {**adp.as_vars(), "hicache_l3_namespace": "auto",
+                                              "hicache_extra_config": {**adp.extra_config, "key_namespace": "mine"}})
+    assert [f.rule for f in findings if f.level == rules.ERROR] == ["l3-namespace"]
+    _, findings = rules.check_host("gpu-01", adp.as_vars())
+    assert "l3-namespace-off" in [f.rule for f in findings if f.level == rules.WARNING]
+
+
+def test_servers_writing_into_one_directory_of_a_shared_tier_must_have_one_page_format():
+    a = deployment("local", l3_namespace="off", l3_share="nvme-pool")
+    same = deployment("local", l3_namespace="off", l3_share="nvme-pool")
+    fp8 = deployment("local", l3_namespace="off", l3_share="nvme-pool", kv_cache_dtype="fp8_e4m3")
+    assert rules.check_shared_tiers({"a": a, "b": same}) == []
+    [finding] = rules.check_shared_tiers({"a": a, "b": same, "c": fp8})
+    assert (finding.host, finding.rule) == ("c", "l3-shared-format") and "KV dtype auto vs fp8_e4m3" in finding.message
+    # one literal namespace is one directory too; the first host of the tier may be elsewhere
+    team = {h: deployment("local", l3_namespace="team", l3_share="nvme-pool", **kw) for h, kw in
+            (("b", {}), ("c", {"mem_layout": "layer_first"}))}
+    found = rules.check_shared_tiers({"a": deployment("local", l3_share="nvme-pool"), **team})
+    assert [(f.host, f.rule) for f in found if f.level == rules.ERROR] == [("c", "l3-shared-format")]
+    assert {f.rule for f in found if f.level == rules.WARNING} == {"l3-share-split"}  # auto vs team: nothing shared across
+    # what SGLang's keys hold keeps two servers apart in one directory: another model, page size or TP size is no clash
+    for other in ({"served_model_name": "other"}, {"page_size": 64}, {"tp_size": 2}):
+        clash = deployment("local", l3_namespace="off", l3_share="nvme-pool", kv_cache_dtype="fp8_e4m3", **other)
+        assert [f for f in rules.check_shared_tiers({"a": a, "c": clash}) if f.level == rules.ERROR] == [], other
+    # with the namespace on, each format has its own namespace: nothing to refuse; another tier: nothing shared
+    assert [f for f in rules.check_shared_tiers({"a": deployment("local", l3_share="nvme-pool"),
+                                                 "c": deployment("local", l3_share="nvme-pool", kv_cache_dtype="fp8_e4m3")})
+            if f.level == rules.ERROR] == []
+    assert rules.check_shared_tiers({"a": a, "c": deployment("local", l3_namespace="off", l3_share="other", kv_cache_dtype="fp8_e4m3")}) == []
+
+
+def test_extra_args_that_change_the_page_bytes_change_the_namespace_and_the_hash_ignores_wording(monkeypatch):
+    base = deployment("local")
+    for args in (["--dtype", "float16"], ["--quantization=fp8"], ["--revision", "abc123"]):
+        other = deployment("local", extra_args=args)
+        assert namespace.of(other) != namespace.of(base), args
+        assert any(args[0].split("=")[0] in phrase for phrase in namespace.differences(base, other)), args
+    assert namespace.of(deployment("local", extra_args=["--log-level", "info"])) == namespace.of(base)
+    before = namespace.of(base)
+    monkeypatch.setattr(namespace, "COMPONENTS", tuple((field, words.upper()) for field, words in namespace.COMPONENTS))
+    assert namespace.of(base) == before  # display words are not hashed: rewording never empties a fleet's cache
