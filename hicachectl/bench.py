@@ -4,6 +4,11 @@ For each concurrency level c: c unique prompts (a fresh salt, so L3 is cold for 
 and their TTFT measured from the stream; then, once /metrics shows their pages written to L3, the
 server is reset (restarted, or its device and host caches flushed) and the same prompts are sent
 again, so the warm hits come from L3. Output length is 1, as in the seeds (ISL~120k, OSL=1).
+
+Through a router (`bench --router`) the prompts go to the router and the metrics are the sum of every
+server's /metrics (the router has none of SGLang's); the reset restarts every server, each taken out of the
+router and put back once healthy, so the router routes the warm prompts afresh: their L3 hits are what the
+fleet serves from L3 as clients reach it (any server with a shared tier, only the writer with a host's own).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ class Target:
     model: str | None = None  # None: the first of /v1/models
     reset: Callable[[], None] | None = None  # None: POST /flush_cache (L3 is kept)
     reset_label: str = "flush_cache"
+    metrics_urls: list[str] | None = None  # the servers behind a router (their /metrics summed); None: base_url
 
 
 @dataclasses.dataclass
@@ -114,6 +120,15 @@ def read_metrics(base_url: str) -> str | None:
     return body if status == 200 else None
 
 
+def target_metrics(target: Target) -> str | None:
+    """The target's /metrics text; behind a router every server's, one after the other (metrics.total sums the series),
+    None when one of them does not answer (a partial sum would understate the L3 hits)."""
+    if not target.metrics_urls:
+        return read_metrics(target.base_url)
+    texts = [read_metrics(url) for url in target.metrics_urls]
+    return None if any(t is None for t in texts) else "".join(texts)
+
+
 def stream_ttft(base_url: str, body: bytes, timeout: float) -> Request:
     """Send one prepared request; TTFT is when the first generated token arrives in the stream."""
     url = urllib.parse.urlsplit(base_url)
@@ -150,13 +165,13 @@ def send_all(base_url: str, bodies: list[bytes], timeout: float, done: Callable[
         return [f.result() for f in futures]
 
 
-def wait_for_backup(base_url: str, before: float | None, expected: int, timeout: float, sleep=time.sleep) -> float | None:
+def wait_for_backup(read: Callable[[], str | None], before: float | None, expected: int, timeout: float, sleep=time.sleep) -> float | None:
     """Tokens written to L3 since `before`, once all `expected` are there or the count stops growing."""
     if before is None:
         return None
     deadline, last, still = time.monotonic() + timeout, -1.0, 0
     while True:
-        written = (metrics.total(read_metrics(base_url), metrics.BACKUPED) or 0) - before
+        written = (metrics.total(read(), metrics.BACKUPED) or 0) - before
         if written >= expected or time.monotonic() > deadline:
             return written
         still = still + 1 if written == last else 0
@@ -170,21 +185,21 @@ def run_level(target: Target, concurrency: int, input_len: int, salt: str, *, ti
     model = target.model or server_model(target.base_url)
     bodies = [json.dumps(prompts.chat_request(model, prompts.prompt(f"{salt}-c{concurrency}-{i}", input_len), stream=True)).encode()
               for i in range(concurrency)]
-    page = page_size(target.base_url)
-    start_metrics = read_metrics(target.base_url)
+    page = page_size(target.metrics_urls[0] if target.metrics_urls else target.base_url)
+    start_metrics = target_metrics(target)
     cold_requests = send_all(target.base_url, bodies, timeout, done)
-    cold_metrics = read_metrics(target.base_url)
+    cold_metrics = target_metrics(target)
     cold = Phase(cold_requests, metrics.delta(cold_metrics, start_metrics, metrics.storage_hits))
     expected = sum(r.prompt_tokens // page * page for r in cold_requests)
-    backed_up = wait_for_backup(target.base_url, metrics.total(start_metrics, metrics.BACKUPED), expected, timeout)
+    backed_up = wait_for_backup(lambda: target_metrics(target), metrics.total(start_metrics, metrics.BACKUPED), expected, timeout)
     if target.reset is None:
         urllib.request.urlopen(urllib.request.Request(target.base_url + "/flush_cache", method="POST"), timeout=60).close()
     else:
         target.reset()
     wait_healthy(target.base_url, timeout)
-    warm_start = read_metrics(target.base_url)
+    warm_start = target_metrics(target)
     warm_requests = send_all(target.base_url, bodies, timeout, done)
-    warm_metrics = read_metrics(target.base_url)
+    warm_metrics = target_metrics(target)
     warm = Phase(warm_requests, metrics.delta(warm_metrics, warm_start, metrics.storage_hits))
     return Level(concurrency, cold, warm, backed_up)
 

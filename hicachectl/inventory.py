@@ -43,9 +43,14 @@ class VaultOptionError(InventoryError):
 class Inventory:
     name: str
     path: pathlib.Path
-    hosts: dict[str, dict[str, Any]]  # host -> its hicache_* variables, templated
+    hosts: dict[str, dict[str, Any]]  # server host -> its hicache_* variables, templated (every host not in ROUTERS)
     notes: list[str] = dataclasses.field(default_factory=list)  # what Ansible warned about while reading it
     connections: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # host -> CONNECTION_VARS it sets
+    routers: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # router host (group ROUTERS) -> its variables
+
+
+# The group of router hosts: they run the SGLang router (role router), never a server. Every other host is a server.
+ROUTERS = "hicache_routers"
 
 
 # --- where an inventory is -------------------------------------------------------------------------------
@@ -314,13 +319,15 @@ def load(name_or_path: str, limit: str | None = None) -> Inventory:
         raise InventoryError(f"{path}: {_first_line(exc)}") from exc
     if not hosts:
         raise InventoryError(f"{path}: no hosts{' match ' + repr(limit) if limit else ''}.")
-    out, connections = {}, {}
+    routers = {h.name for h in manager.groups[ROUTERS].get_hosts()} if ROUTERS in manager.groups else set()
+    servers, router_vars, connections = {}, {}, {}
     for host in hosts:
         found = _host_vars(loader, variables, host, path, lambda k: k.startswith(PREFIX) or k in CONNECTION_VARS, notes)
-        out[host.name] = {k: v for k, v in found.items() if k.startswith(PREFIX)}
+        (router_vars if host.name in routers else servers)[host.name] = {k: v for k, v in found.items() if k.startswith(PREFIX)}
         connections[host.name] = {k: v for k, v in found.items() if k in CONNECTION_VARS}
     _refuse_duplicate_keys(notes)
-    return Inventory(name=name_or_path, path=path, hosts=out, notes=list(dict.fromkeys(notes)), connections=connections)
+    return Inventory(name=name_or_path, path=path, hosts=servers, notes=list(dict.fromkeys(notes)), connections=connections,
+                     routers=router_vars)
 
 
 def _refuse_duplicate_keys(notes: list[str]) -> None:

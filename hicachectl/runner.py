@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from hicachectl.inventory import ROUTERS
 from hicachectl.paths import ANSIBLE_CFG, CALLBACK_PLUGINS, PLAYBOOKS, collections_dir
 
 
@@ -108,8 +109,9 @@ def _item_label(res: dict[str, Any]) -> str | None:
 
 
 class _Collector:
-    def __init__(self, progress: Progress | None):
+    def __init__(self, progress: Progress | None, routers: Iterable[str] = ()):
         self.hosts: dict[str, HostResult] = {}
+        self.routers = set(routers)  # router hosts: their work is the routers' play, a server's the servers' last play
         self.progress = progress
         self.running: dict[tuple[str, str], threading.Timer] = {}
         self.finished = False  # the final stats event arrived
@@ -130,11 +132,15 @@ class _Collector:
             # "reached" means reached by the last play (the one that does the work): a host that an earlier play
             # (validate, lock and pull) saw but a stopped rollout never deployed is "not run", not ok. With
             # serial, ansible-runner repeats a play's uuid with a _N suffix per batch: the same play.
+            # A play for the routers (hosts: hicache_routers) restarts the count of the routers only, any other play
+            # that of the servers only: a deploy's routers' play, last, must not make every server "not run".
             play = str(data.get("play_uuid", "")).split("_")[0]
             if play != self.play:
                 self.play = play
+                routers_play = str(data.get("play_pattern", "")) == ROUTERS
                 for host in self.hosts.values():
-                    host.reached = False
+                    if (host.host in self.routers) == routers_play:
+                        host.reached = False
         if host_name and kind.startswith("runner_"):
             self.host(host_name).reached = True
         if kind == "playbook_on_stats":
@@ -209,8 +215,9 @@ def _cancel_on_signals():
 
 def run_playbook(playbook: str, inventory: pathlib.Path, *, limit: str | None = None, check: bool = False,
                  diff: bool = False, extravars: dict[str, Any] | None = None, tags: str | None = None,
-                 progress: Progress | None = None, hosts: Iterable[str] = ()) -> RunResult:
-    """Run one playbook; `hosts` are the hosts it targets, each of which gets a result (\"not run\" if never reached)."""
+                 progress: Progress | None = None, hosts: Iterable[str] = (), routers: Iterable[str] = ()) -> RunResult:
+    """Run one playbook; `hosts` are the hosts it targets, each of which gets a result (\"not run\" if never reached);
+    `routers` are those of them in the group hicache_routers (judged by the routers' play)."""
     import ansible_runner
 
     from hicachectl import inventory as inventories
@@ -223,7 +230,7 @@ def run_playbook(playbook: str, inventory: pathlib.Path, *, limit: str | None = 
         cmdline.append("--check")
     if diff:
         cmdline.append("--diff")
-    collector = _Collector(progress)
+    collector = _Collector(progress, routers)
     for name in hosts:
         collector.host(name)
     with tempfile.TemporaryDirectory(prefix="hicachectl-") as private, _cancel_on_signals() as cancelled:

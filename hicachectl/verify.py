@@ -2,6 +2,12 @@
 
 The playbook (playbooks/verify.yml) gathers on each host; `judge` turns the answers into checks,
 each failure with its likely cause. Pure, so every conclusion is tested without a server.
+
+The L3 proof (`--l3`): a long prompt, new to every server, is written to L3 by a *writer*, the server is
+restarted (its device and host pools start empty), and the same prompt sent to it must be answered from
+L3. A host alone is its own writer. Hosts that share one L3 tier (the same `hicache_l3_share`) prove the
+sharing: sorted by name, each host's writer is the one before it (the first's is the last), so every
+server reads pages another server wrote, and every server writes pages another reads.
 """
 
 from __future__ import annotations
@@ -10,25 +16,55 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from hicachectl import metrics, prompts, render
+from hicachectl import metrics, namespace, prompts, render
 
 # Three outcomes: a check that could not be made is "not checked", never a pass; where it was asked for, it fails.
 PASS, FAIL, NOT_CHECKED = "pass", "fail", "not checked"
 L3_PAGES = 4  # pages the persistence proof writes; more than one, so a partial write shows
+# /server_info fields (SGLang returns its ServerArgs) that change the pages a server writes or the keys it reads,
+# with the words namespace.COMPONENTS uses for them.
+PAGE_FORMAT_INFO = (("served_model_name", "model"), ("revision", "model revision"), ("page_size", "page size"),
+                    ("kv_cache_dtype", "KV dtype"), ("tp_size", "TP size"), ("pp_size", "PP size"),
+                    ("hicache_mem_layout", "memory layout"), ("hicache_storage_backend", "backend"))
 
 
-def plan(d, salt: str) -> dict[str, Any]:
-    """URLs, requests and thresholds for one host (what the playbook sends)."""
-    page = d.page_size or 1
-    words = max(L3_PAGES * page + page // 2, 256)
+def writers(shares: Mapping[str, str | None]) -> dict[str, str]:
+    """Each host's writer in the L3 proof, from each host's hicache_l3_share (the hosts of the play only).
+
+    Hosts of one share, sorted by name, form a ring: host i's writer is host i-1, the first's the last.
+    A host without a share, or alone in its share among the hosts of the play, is its own writer.
+    """
+    groups: dict[str, list[str]] = {}
+    for host, share in shares.items():
+        if share:
+            groups.setdefault(share, []).append(host)
+    ring = {host: host for host in shares}
+    for hosts in groups.values():
+        hosts.sort()
+        ring.update({host: hosts[i - 1] for i, host in enumerate(hosts)})
+    return ring
+
+
+def plan(d, salt: str, writer=None) -> dict[str, Any]:
+    """URLs, requests and thresholds for one host (what the playbook sends). `writer` is the Deployment of
+    the host whose server writes this host's proof prompt to the shared L3 (None or `d`: this host's own)."""
+    writer = writer or d
+    pages = max(d.page_size or 1, writer.page_size or 1)
+    words = max(L3_PAGES * pages + pages // 2, 256)
+    # New to every server of the share: the host's name and the run's id come first (prompts.prompt).
+    text = prompts.prompt(f"hicache-verify-l3-{d.inventory_host}-{salt}", words)
     return {
         "base_url": f"http://{d.local_host}:{d.effective_port}",
         "unit": render.unit_name(d),
         "health_timeout": d.health_timeout,
         "probe": prompts.chat_request(d.served_name, prompts.prompt(f"hicache-verify-probe-{salt}", 32)),
-        "l3_probe": prompts.chat_request(d.served_name, prompts.prompt(f"hicache-verify-l3-{salt}", words)),
-        "l3_min_tokens": page,  # at least one whole page must reach L3
+        "l3_probe": prompts.chat_request(d.served_name, text),
         "l3_backend": d.storage_backend,
+        "writer": writer.inventory_host,
+        "shared": writer.inventory_host != d.inventory_host,
+        "writer_url": f"http://{writer.local_host}:{writer.effective_port}",  # as the writer's own host reaches it
+        "l3_fill": prompts.chat_request(writer.served_name, text),
+        "l3_min_tokens": writer.page_size or 1,  # at least one whole page must reach L3
         "write_timeout": 120,
         "request_timeout": max(600, math.ceil(words / 100)),
     }
@@ -54,8 +90,23 @@ def server_drift(d, info: Mapping[str, Any]) -> list[str]:
     """What the running server (its /server_info) does differently from the inventory, one phrase each."""
     return [f"{what} {info[field]} (inventory: {want_value})" for field, what, want_value in
             (("page_size", "page size", d.page_size), ("hicache_write_policy", "write policy", d.write_policy),
-             ("hicache_storage_backend", "storage backend", d.storage_backend), ("served_model_name", "served model name", d.served_name))
+             ("hicache_storage_backend", "storage backend", d.storage_backend), ("served_model_name", "served model name", d.served_name),
+             ("kv_cache_dtype", "KV dtype", d.kv_cache_dtype), ("tp_size", "TP size", d.tp_size))
             if want_value is not None and field in info and info[field] != want_value]
+
+
+def running_differences(writer_info: Mapping[str, Any], info: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """What two running servers (their /server_info) do differently that changes pages or keys: (what, phrase)."""
+    return [(what, f"{what} {writer_info[field]} vs {info[field]}") for field, what in PAGE_FORMAT_INFO
+            if field in writer_info and field in info and writer_info[field] != info[field]]
+
+
+def format_differences(writer, d, writer_info: Mapping[str, Any], info: Mapping[str, Any]) -> list[str]:
+    """What differs between the writer and this host: the inventory's page format and namespace
+    (namespace.differences), then what only the running servers show."""
+    left, right = namespace.components(writer), namespace.components(d)
+    said = {words for words in left if left[words] != right.get(words)}
+    return list(namespace.differences(writer, d)) + [phrase for what, phrase in running_differences(writer_info, info) if what not in said]
 
 
 def endpoint_checks(d, obs: Mapping[str, Any]) -> list[dict[str, str]]:
@@ -81,7 +132,7 @@ def endpoint_checks(d, obs: Mapping[str, Any]) -> list[dict[str, str]]:
         checks.append(_check("server config", FAIL, "the server runs " + ", ".join(drift),
                              "the running server is not the inventory's (start.sh changed on the host, or not restarted): "
                              "`hicachectl deploy`.") if drift else
-                      _check("server config", PASS, "page size, write policy and storage backend as the inventory sets them"))
+                      _check("server config", PASS, "page size, KV dtype, TP size, write policy and storage backend as the inventory sets them"))
     chat, usage = obs.get("chat"), _usage(obs.get("chat"))
     if _status(chat) != 200:
         checks.append(_check("chat completion", FAIL, f"answered {_status(chat)}", f"see `journalctl -u {unit}` on the host."))
@@ -109,37 +160,49 @@ def _keys_changed(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[s
     return changes
 
 
-def l3_checks(d, obs: Mapping[str, Any]) -> list[dict[str, str]]:
-    """The persistence proof: a long prompt written to L3, the server restarted, the prompt hitting L3."""
+def _l3_write(d, writer, obs: Mapping[str, Any]) -> tuple[dict[str, str], bool]:
+    """The first half of the proof: the writer's server wrote the long prompt's pages to L3."""
+    by = f" by {writer.inventory_host}" if writer is not d else ""
+    on = f" on {writer.inventory_host}" if writer is not d else ""
+    page = writer.page_size or 1
+    fill = obs.get("fill")
+    if _status(fill) != 200:
+        return _check("L3 write", FAIL, f"the long prompt was answered {_status(fill)}{by}",
+                      f"see `journalctl -u {writer.service_name}`{on}."), False
+    written = metrics.delta((obs.get("fill_metrics") or {}).get("content"), (obs.get("before_metrics") or {}).get("content"),
+                            lambda t: metrics.total(t, metrics.BACKUPED))
+    prompt_tokens = _usage(fill).get("prompt_tokens", 0)
+    if written is not None and written >= page:
+        return _check("L3 write", PASS, f"{written:.0f} of {prompt_tokens} prompt tokens written to L3{by}"), True
+    info = _json(obs.get("writer_info") if writer is not d else obs.get("info_before"))
+    policy = (info.get("hicache_write_policy") if isinstance(info, dict) else None) or writer.write_policy  # what the server runs
+    if written is None:
+        cause = f"the server{on} reports no sglang:backuped_tokens_total: the storage backend did not start (server log) or metrics are off."
+    elif policy == "write_back":
+        cause = f"hicache_write_policy write_back{on} writes a page to L3 only when the host pool evicts it, so nothing is on L3 yet; use write_through."
+    elif policy == "write_through_selective":
+        cause = f"write_through_selective{on} writes a page only after 2 hits; use write_through to prove persistence."
+    elif prompt_tokens < page:
+        cause = f"the prompt ({prompt_tokens} tokens) is shorter than a page ({page})."
+    else:
+        cause = f"nothing reached L3 in time{on}: look for storage errors in the server log and check the L3 mount (verify's host checks)."
+    return _check("L3 write", FAIL, f"{0 if written is None else written:.0f} tokens written{by} for a {prompt_tokens}-token prompt", cause), False
+
+
+def l3_checks(d, obs: Mapping[str, Any], writer=None) -> list[dict[str, str]]:
+    """The L3 proof: a long prompt written to L3 by the writer (this host's own server, or the one before it
+    in its hicache_l3_share), this server restarted, the prompt hitting L3 here."""
+    writer = d if writer is None or writer.inventory_host == d.inventory_host else writer
+    shared = writer is not d
     if d.storage_backend is None:
         return [_check("L3 write", FAIL, "no L3 tier configured", "set hicache_storage_backend (file, nixl or dynamic).")]
     if obs.get("restart_skipped"):
         return [_check("L3 persistence", FAIL, f"not proven: {obs['restart_skipped']}",
                        "--l3 asked for the proof on every host; fix the failed batch and run `hicachectl verify --l3` again.")]
-    page = d.page_size or 1
-    fill = obs.get("fill")
-    written = metrics.delta((obs.get("fill_metrics") or {}).get("content"), (obs.get("before_metrics") or {}).get("content"),
-                            lambda t: metrics.total(t, metrics.BACKUPED))
-    prompt_tokens = _usage(fill).get("prompt_tokens", 0)
-    checks = []
-    if _status(fill) != 200:
-        return [_check("L3 write", FAIL, f"the long prompt was answered {_status(fill)}", f"see `journalctl -u {d.service_name}`.")]
-    policy = _json(obs.get("info_before")).get("hicache_write_policy") or d.write_policy  # what the server runs
-    if written is not None and written >= page:
-        checks.append(_check("L3 write", PASS, f"{written:.0f} of {prompt_tokens} prompt tokens written to L3"))
-    else:
-        if written is None:
-            cause = "the server reports no sglang:backuped_tokens_total: the storage backend did not start (server log) or metrics are off."
-        elif policy == "write_back":
-            cause = "hicache_write_policy write_back writes a page to L3 only when the host pool evicts it, so nothing is on L3 yet; use write_through."
-        elif policy == "write_through_selective":
-            cause = "write_through_selective writes a page only after 2 hits; use write_through to prove persistence."
-        elif prompt_tokens < page:
-            cause = f"the prompt ({prompt_tokens} tokens) is shorter than a page ({page})."
-        else:
-            cause = "nothing reached L3 in time: look for storage errors in the server log and check the L3 mount (verify's host checks)."
-        checks.append(_check("L3 write", FAIL, f"{0 if written is None else written:.0f} tokens written for a {prompt_tokens}-token prompt", cause))
-        return checks
+    write, written = _l3_write(d, writer, obs)
+    if not written:
+        return [write]
+    checks = [write]
     if obs.get("restart_failed"):
         return checks + [_check("restart", FAIL, obs["restart_failed"], f"`journalctl -u {d.service_name}` on the host.")]
     checks.append(_check("restart", PASS, "server restarted and healthy: host and device caches are empty"))
@@ -147,29 +210,55 @@ def l3_checks(d, obs: Mapping[str, Any]) -> list[dict[str, str]]:
     before, after = (obs.get("reuse_metrics_before") or {}).get("content"), (obs.get("reuse_metrics") or {}).get("content")
     hits = metrics.delta(after, before, metrics.storage_hits)
     cached = (_usage(reuse).get("prompt_tokens_details") or {}).get("cached_tokens", 0) or 0
-    if _status(reuse) == 200 and (hits or 0) > 0 and cached > 0:
-        return checks + [_check("L3 hit after restart", PASS, f"{cached} of {_usage(reuse).get('prompt_tokens')} prompt tokens cached, "
-                                                              f"{hits:.0f} loaded from storage")]
-    keys = _keys_changed(_json(obs.get("info_before")), _json(obs.get("info_after")))
+    name = "L3 hit across servers" if shared else "L3 hit after restart"
+    info_after, writer_info = _json(obs.get("info_after")), _json(obs.get("writer_info"))
+    differences = format_differences(writer, d, writer_info if isinstance(writer_info, dict) else {},
+                                     info_after if isinstance(info_after, dict) else {}) if shared else []
+    # Most of the prompt must come back from storage: a few hits could be pages this server wrote itself before (a
+    # chat template's first tokens), not the proof's. Allowed short: the last partial page and one more.
+    page = max(d.page_size or 1, writer.page_size or 1)
+    prompt_tokens = _usage(reuse).get("prompt_tokens") or 0
+    needed = max(1, prompt_tokens - 2 * page)
+    if _status(reuse) == 200 and (hits or 0) >= needed and cached >= needed:
+        detail = f"{cached} of {_usage(reuse).get('prompt_tokens')} prompt tokens cached, {hits:.0f} loaded from storage"
+        if shared and differences:  # the pages were read though they are another format: the keys do not tell them apart
+            return checks + [_check(name, FAIL, f"{detail}, from pages {writer.inventory_host} wrote in another format: " + "; ".join(differences),
+                                    f"{d.inventory_host} read pages written for another page format (SGLang's file backend keys omit the KV dtype, "
+                                    "sglang#33268): wrong KV. Set hicache_l3_namespace: auto (or distinct names) on both.")]
+        return checks + [_check(name, PASS, detail + (f", written by {writer.inventory_host}" if shared else ""))]
+    keys = _keys_changed(_json(obs.get("info_before")), info_after)
     dropped = metrics.delta(after, before, lambda t: metrics.total(t, metrics.BACKUP_DROPPED)) or 0
     unfulfilled = metrics.delta(after, before, lambda t: metrics.total(t, metrics.PREFETCH_UNFULFILLED)) or 0
     if keys:
         cause = f"the server came back with a different {' and '.join(keys)}: both are part of every L3 key, so the keys differ and nothing can hit. Deploy the inventory's config (start.sh changed on disk?)."
     elif _status(reuse) != 200:
         cause = f"the request after the restart failed ({_status(reuse)}); see `journalctl -u {d.service_name}`."
+    elif differences:
+        cause = (f"{writer.inventory_host} and {d.inventory_host} differ: {'; '.join(differences)}. Their pages have other keys or another "
+                 f"namespace, so one cannot read what the other wrote: give every host of hicache_l3_share {d.l3_share} the same page format "
+                 "and namespace, or another hicache_l3_share.")
+    elif (hits or 0) > 0:
+        cause = (f"only {hits:.0f} of {prompt_tokens} prompt tokens came from storage (the proof needs {needed}): those may be pages "
+                 f"{d.inventory_host} wrote itself before (a chat template's), not the proof's "
+                 + (f"from {writer.inventory_host}; is the tier really shared?" if shared else "; were the pages written before the restart kept?"))
     elif dropped > 0:
         cause = f"{dropped:.0f} tokens were dropped from the host pool: it is too small to stage the pages; raise hicache_size_gb (see `hicachectl size`)."
     elif unfulfilled > 0:
         cause = f"{unfulfilled:.0f} tokens were not prefetched in time (prefetch policy {d.prefetch_policy or 'best_effort'}): L3 reads are too slow or the host pool too small."
+    elif shared:
+        cause = (f"{writer.inventory_host} wrote the pages and {d.inventory_host} runs the same page format and namespace, yet found none: "
+                 f"the tier is not really shared (is hicache_cache_dir {d.cache_dir} on {d.inventory_host} the same export as "
+                 f"{writer.cache_dir} on {writer.inventory_host}?).")
     else:
         cause = "the pages written before the restart were not found: is the L3 directory the same mount after the restart, and the backend's namespace unchanged?"
-    return checks + [_check("L3 hit after restart", FAIL, f"{cached} cached tokens, {hits or 0:.0f} loaded from storage", cause)]
+    return checks + [_check(name, FAIL, f"{cached} cached tokens, {hits or 0:.0f} loaded from storage", cause)]
 
 
-def judge(d, obs: Mapping[str, Any], l3: bool) -> dict[str, Any]:
+def judge(d, obs: Mapping[str, Any], l3: bool, writer=None) -> dict[str, Any]:
+    """The checks for one host; `writer` is the Deployment of the host that wrote its L3 proof (None: itself)."""
     checks = [_check(f["item"], FAIL, f["detail"], "the host differs from the inventory: `hicachectl deploy` (or `plan` to see what).")
               for f in obs.get("host_failures", [])]
     checks += endpoint_checks(d, obs)
     if l3 and _status(obs.get("health")) > 0:
-        checks += l3_checks(d, obs)
+        checks += l3_checks(d, obs, writer)
     return {"ok": all(c["status"] != FAIL for c in checks), "checks": checks}

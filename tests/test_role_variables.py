@@ -20,6 +20,10 @@ from hicachectl import inventory, model, rules, schema
 _spec = importlib.util.spec_from_file_location("hicache_filters", ROOT / "plugins/filter/hicache.py")
 filters = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(filters)
+_router_spec = importlib.util.spec_from_file_location("hicache_router_filters", ROOT / "plugins/filter/router.py")
+router_filters = importlib.util.module_from_spec(_router_spec)
+_router_spec.loader.exec_module(router_filters)
+SERVERS = {"gpu-01": {"ansible_host": "10.0.0.11", "hicache_port": 30000, "hicache_model_path": "/models/m"}}
 
 FACTS = FULL
 PLANS = {
@@ -31,6 +35,7 @@ PLANS = {
     "sglang_image": lambda v, h: filters.hicache_image(v, h, ""),
     "model": lambda v, h: filters.hicache_model(v, h),
     "sglang_server": lambda v, h: filters.hicache_files(v, h),
+    "router": lambda v, h: router_filters.hicache_router_plan(v, h, SERVERS),
 }
 PROFILES = sorted(p.name for p in (ROOT / "inventories").iterdir() if p.is_dir())
 

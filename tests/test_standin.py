@@ -56,3 +56,18 @@ def test_broken_uring_exits_with_nixls_error(standin):
     _, proc = standin("--hicache-storage-backend", "nixl", "--hicache-storage-backend-extra-config", '{"use_uring": true}',
                     env={"STANDIN_URING_BROKEN": "1"})
     assert proc.wait(timeout=10) == 1 and "EBADF" in proc.stderr.read()
+
+
+def test_server_info_reports_kv_dtype_and_tp_size_which_its_keys_omit_like_the_file_backend(standin):
+    """Two servers on one directory (a shared export): the second reads the first's pages; its KV dtype and TP
+    size are reported but are not part of the keys (sglang#33268), while the page size is."""
+    base = ("--served-model-name", "m", "--page-size", "4", "--hicache-storage-backend", "file", "--enable-cache-report")
+    prompt = " ".join(f"s{i}" for i in range(40))
+    writer, _ = standin(*base)
+    info = json.loads(get(f"http://127.0.0.1:{writer}/server_info")[1])
+    assert (info["kv_cache_dtype"], info["tp_size"], info["pp_size"], info["page_size"]) == ("auto", 1, 1, 4)
+    assert chat(writer, prompt)["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    other, _ = standin(*base, "--kv-cache-dtype", "fp8_e4m3", "--tp-size", "2")
+    info = json.loads(get(f"http://127.0.0.1:{other}/server_info")[1])
+    assert (info["kv_cache_dtype"], info["tp_size"]) == ("fp8_e4m3", 2)
+    assert chat(other, prompt)["usage"]["prompt_tokens_details"]["cached_tokens"] == 40  # stale format, read as its own

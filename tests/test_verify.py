@@ -3,6 +3,8 @@ by hand in the shape Ansible's uri module registers them; the fleet tests get th
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from helpers import deployment
 
@@ -128,3 +130,128 @@ def test_what_the_server_runs_counts_over_what_the_inventory_says(local):
     assert "only when the host pool evicts it" in failed(result)["L3 write"]["cause"]
     same = answered(json={"page_size": 64, "hicache_write_policy": "write_through", "hicache_storage_backend": "file"})
     assert "server config" not in failed(verify.judge(local, observations(local, info=same), l3=False))
+
+
+# --- shared L3 (hicache_l3_share): the ring proof -------------------------------------------------------------
+
+
+def test_the_ring_pairs_each_host_with_the_one_before_it_in_its_share():
+    shares = {"gpu-3": "vast", "gpu-1": "vast", "gpu-2": "vast", "solo": None, "alone": "other", "nfs-b": "nfs", "nfs-a": "nfs"}
+    assert verify.writers(shares) == {"gpu-1": "gpu-3", "gpu-2": "gpu-1", "gpu-3": "gpu-2", "solo": "solo", "alone": "alone",
+                                      "nfs-a": "nfs-b", "nfs-b": "nfs-a"}
+    # every host of a share writes for exactly one other and reads from exactly one other
+    ring = verify.writers({f"h{i}": "s" for i in range(5)})
+    assert sorted(ring.values()) == sorted(ring) and all(w != h for h, w in ring.items())
+
+
+def shared_pair(**writer_changes):
+    """Host gpu-2 of share `tier` and its writer gpu-1 (with `writer_changes`)."""
+    base = {"page_size": 16, "write_policy": "write_through", "l3_share": "tier", "cache_dir": "/mnt/kvcache"}
+    reader = dataclasses.replace(deployment("local", **base), inventory_host="gpu-2")
+    writer = dataclasses.replace(deployment("local", **{**base, **writer_changes}), inventory_host="gpu-1")
+    return writer, reader
+
+
+def test_the_plan_sends_the_prompt_to_the_writer_and_reads_it_here():
+    writer, reader = shared_pair(served_model_name="other-name", port=30001)
+    plan = verify.plan(reader, "run-1", writer)
+    assert plan["writer"] == "gpu-1" and plan["shared"] and plan["writer_url"] == "http://127.0.0.1:30001"
+    assert plan["l3_fill"]["model"] == "other-name" and plan["l3_probe"]["model"] == reader.served_name
+    assert plan["l3_fill"]["messages"] == plan["l3_probe"]["messages"]
+    # new to every server: the reader's name and the run id are in the prompt
+    assert verify.plan(dataclasses.replace(reader, inventory_host="gpu-3"), "run-1", writer)["l3_probe"]["messages"] != plan["l3_probe"]["messages"]
+    assert "gpu-2" in plan["l3_probe"]["messages"][0]["content"] and "run-1" in plan["l3_probe"]["messages"][0]["content"]
+    alone = verify.plan(reader, "run-1")
+    assert alone["writer"] == "gpu-2" and not alone["shared"] and alone["writer_url"] == alone["base_url"]
+    assert alone["l3_fill"] == alone["l3_probe"]
+
+
+def test_the_writers_page_size_sets_the_write_threshold_and_the_prompt_spans_both():
+    writer, reader = shared_pair(page_size=64)
+    plan = verify.plan(reader, "s", writer)
+    assert plan["l3_min_tokens"] == 64 and len(plan["l3_probe"]["messages"][0]["content"].split()) >= verify.L3_PAGES * 64
+
+
+def shared_obs(writer, reader, hits=256, **changes):
+    info = {"page_size": reader.page_size, "served_model_name": reader.served_name, "kv_cache_dtype": "auto", "tp_size": 1}
+    writer_info = {**info, "page_size": writer.page_size, "served_model_name": writer.served_name}
+    return observations(reader, info_before=answered(json=info), info_after=answered(json=info), writer_info=answered(json=writer_info),
+                        reuse=chat(272, cached=hits), reuse_metrics=answered(content=metrics_text(backuped=256, storage=hits)), **changes)
+
+
+def test_a_hit_on_pages_the_writer_wrote_passes_and_names_the_writer():
+    writer, reader = shared_pair()
+    result = verify.judge(reader, shared_obs(writer, reader), l3=True, writer=writer)
+    assert result["ok"], result
+    checks = {c["check"]: c for c in result["checks"]}
+    assert checks["L3 write"]["detail"] == "256 of 300 prompt tokens written to L3 by gpu-1"
+    assert checks["L3 hit across servers"]["detail"].endswith("written by gpu-1")
+
+
+def test_a_few_hits_are_not_the_proof_they_may_be_pages_this_server_wrote_itself():
+    writer, reader = shared_pair()
+    result = verify.judge(reader, shared_obs(writer, reader, hits=32), l3=True, writer=writer)  # two pages: a chat template's
+    check = failed(result)["L3 hit across servers"]
+    assert "only 32 of 272 prompt tokens came from storage (the proof needs 240)" in check["cause"]
+    assert verify.judge(reader, shared_obs(writer, reader, hits=240), l3=True, writer=writer)["ok"]
+    alone = deployment("local", page_size=16)
+    assert not verify.judge(alone, observations(alone, reuse=chat(300, cached=16)), l3=True)["ok"]
+
+
+@pytest.mark.parametrize("change,phrase", [
+    ({"page_size": 32}, "page size 32 vs 16"),
+    ({"kv_cache_dtype": "fp8_e4m3"}, "KV dtype fp8_e4m3 vs auto"),
+    ({"l3_namespace": "elsewhere"}, "namespace elsewhere vs "),
+    ({"tp_size": 2}, "TP size 2 vs 1"),
+])
+def test_no_hit_names_what_differs_between_the_writer_and_this_host(change, phrase):
+    writer, reader = shared_pair(**change)
+    result = verify.judge(reader, shared_obs(writer, reader, hits=0), l3=True, writer=writer)
+    cause = failed(result)["L3 hit across servers"]["cause"]
+    assert cause.startswith("gpu-1 and gpu-2 differ: ") and phrase in cause, cause
+    assert "not really shared" not in cause
+
+
+def test_what_only_the_running_servers_show_is_named_too():
+    """The inventories agree, but the writer's server runs another KV dtype (its start.sh was changed by hand)."""
+    writer, reader = shared_pair()
+    obs = shared_obs(writer, reader, hits=0)
+    obs["writer_info"] = answered(json={**obs["writer_info"]["json"], "kv_cache_dtype": "fp8_e5m2"})
+    cause = failed(verify.judge(reader, obs, l3=True, writer=writer))["L3 hit across servers"]["cause"]
+    assert "KV dtype fp8_e5m2 vs auto" in cause
+
+
+def test_no_hit_without_a_difference_means_the_tier_is_not_shared():
+    writer, reader = shared_pair()
+    cause = failed(verify.judge(reader, shared_obs(writer, reader, hits=0), l3=True, writer=writer))["L3 hit across servers"]["cause"]
+    assert "the tier is not really shared" in cause and "/mnt/kvcache on gpu-2" in cause and "on gpu-1" in cause
+
+
+def test_a_hit_on_pages_of_another_format_is_a_failure():
+    """namespace off on both, KV dtypes differ: SGLang's file backend reads the other format's pages as its own."""
+    writer, reader = shared_pair(kv_cache_dtype="fp8_e4m3", l3_namespace="off")
+    reader = dataclasses.replace(reader, l3_namespace="off")
+    check = failed(verify.judge(reader, shared_obs(writer, reader), l3=True, writer=writer))["L3 hit across servers"]
+    assert "KV dtype fp8_e4m3 vs auto" in check["detail"] and "hicache_l3_namespace: auto" in check["cause"]
+
+
+def test_the_writers_write_policy_and_failures_are_named_with_the_writer():
+    writer, reader = shared_pair(write_policy="write_back")
+    obs = shared_obs(writer, reader, fill_metrics=answered(content=metrics_text()))
+    obs["writer_info"] = answered(json={"hicache_write_policy": "write_back"})
+    write = failed(verify.judge(reader, obs, l3=True, writer=writer))["L3 write"]
+    assert "write_back on gpu-1" in write["cause"] and "by gpu-1" in write["detail"]
+    down = failed(verify.judge(reader, shared_obs(writer, reader, fill={"status": -1}), l3=True, writer=writer))["L3 write"]
+    assert down["detail"] == "the long prompt was answered -1 by gpu-1" and "on gpu-1" in down["cause"]
+
+
+def test_a_host_that_is_its_own_writer_keeps_the_single_server_proof(local):
+    result = verify.judge(local, observations(local), l3=True, writer=local)
+    assert result["ok"] and "L3 hit after restart" in {c["check"] for c in result["checks"]}
+    assert "by " not in next(c for c in result["checks"] if c["check"] == "L3 write")["detail"]
+
+
+def test_the_running_kv_dtype_and_tp_size_are_compared_with_the_inventory():
+    d = deployment("local", page_size=16, kv_cache_dtype="fp8_e4m3", tp_size=2)
+    drift = verify.server_drift(d, {"page_size": 16, "kv_cache_dtype": "auto", "tp_size": 1})
+    assert drift == ["KV dtype auto (inventory: fp8_e4m3)", "TP size 1 (inventory: 2)"]

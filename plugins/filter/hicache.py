@@ -12,7 +12,7 @@ from ansible.errors import AnsibleFilterError
 
 try:
     from hicachectl import hoststate, image, launch, limits, metrics, nic, preflight, render, rules, schema, secrets, storage, verify
-    from hicachectl.inventory import plain
+    from hicachectl.inventory import ROUTERS, plain
     from hicachectl.model import PREFIX
 except ImportError as error:  # pragma: no cover - exercised by ansible-test's import sanity test
     CORE_MISSING = (f"hicache.deploy needs the Python package hicache-deploy on the controller (it provides hicachectl): "
@@ -42,11 +42,16 @@ def _deployment(hostvars, host, role=None):
     return deployment
 
 
+def _is_router(hostvars) -> bool:
+    return ROUTERS in (hostvars.get("group_names") or [])
+
+
 def hicache_findings(hostvars, host):
-    """Every finding for one host, as dicts with a ready `text`; a secret value a finding quotes is ********."""
+    """Every finding for one host, as dicts with a ready `text`; a secret value a finding quotes is ********.
+    A router host (group hicache_routers) is checked for the router role's variables only."""
     _core()
     variables = _hicache_vars(hostvars)
-    findings = rules.check_host(host, variables)[1]
+    findings = rules.check_host(host, variables, "router" if _is_router(hostvars) else None)[1]
     hidden = secrets.values(variables)
     return [secrets.mask(dict(f.as_dict(), text=f.format()), hidden) for f in findings]
 
@@ -54,9 +59,14 @@ def hicache_findings(hostvars, host):
 def hicache_fleet_findings(all_hostvars, hosts):
     """Findings for every host of the play at once: one task on the controller instead of one per host."""
     findings = [finding for host in hosts for finding in hicache_findings(all_hostvars[host], host)]
-    reach = ("ansible_connection", "ansible_host", "ansible_port")  # how Ansible reaches each host: the fleet rules
+    hosts = [host for host in hosts if not _is_router(all_hostvars[host])]  # the fleet rules: among the servers
+    reach = ("ansible_connection", "ansible_host", "ansible_port")  # how Ansible reaches each host: one machine twice
     connections = {host: plain({k: all_hostvars[host][k] for k in reach if k in all_hostvars[host]}) for host in hosts}
-    return findings + [dict(f.as_dict(), text=f.format()) for f in rules.check_fleet(dict.fromkeys(hosts, {}), connections)]
+    deployments = {host: rules.check_host(host, _hicache_vars(all_hostvars[host]))[0] for host in hosts}
+    routers = [host for host in all_hostvars if _is_router(all_hostvars[host])]  # the inventory's, whatever the play
+    fleet = (rules.check_fleet(dict.fromkeys(hosts, {}), connections) + rules.check_shared_tiers(deployments)
+             + rules.check_routed(deployments, routers))
+    return findings + [dict(f.as_dict(), text=f.format()) for f in fleet]
 
 
 def hicache_files(hostvars, host, uring_fallback=False):
@@ -190,14 +200,28 @@ def hicache_mount_state(mountinfo_text, plan):
             "read_ahead_path": hoststate.bdi_read_ahead_path(entry) if entry is not None else None}
 
 
-def hicache_verify_plan(hostvars, host, salt):
-    """What verify sends to this host's server."""
-    return verify.plan(_deployment(hostvars, host), str(salt))
+def _verify_writer(host, deployment, all_hostvars, play_hosts):
+    """The Deployment of the host whose server writes this host's L3 proof (verify.writers over the play's hosts)."""
+    if not deployment.l3_share or all_hostvars is None or not play_hosts:
+        return deployment
+    shares = {name: all_hostvars[name].get("hicache_l3_share") for name in play_hosts if name != host}
+    writer = verify.writers({**shares, host: deployment.l3_share})[host]
+    return deployment if writer == host else _deployment(all_hostvars[writer], writer)
 
 
-def hicache_verify_judge(observations, hostvars, host, l3=False):
-    """verify's checks for this host from what its server answered."""
-    return verify.judge(_deployment(hostvars, host), plain(observations), bool(l3))
+def hicache_verify_plan(hostvars, host, salt, all_hostvars=None, play_hosts=None):
+    """What verify sends to this host's server and, for the L3 proof, to its writer: with `all_hostvars`
+    (hostvars) and `play_hosts` (every server of the inventory, whatever --limit: a writer outside the limit still
+    runs), the host before it among the servers of its hicache_l3_share."""
+    deployment = _deployment(hostvars, host)
+    return verify.plan(deployment, str(salt), _verify_writer(host, deployment, all_hostvars, play_hosts))
+
+
+def hicache_verify_judge(observations, hostvars, host, l3=False, writer_hostvars=None, writer=None):
+    """verify's checks for this host from what its server (and its writer's, `writer_hostvars` = hostvars[writer]) answered."""
+    deployment = _deployment(hostvars, host)
+    writer_deployment = _deployment(writer_hostvars, writer) if writer and writer != host and writer_hostvars is not None else None
+    return verify.judge(deployment, plain(observations), bool(l3), writer_deployment)
 
 
 def hicache_metric(text, name):

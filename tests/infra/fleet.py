@@ -26,11 +26,13 @@ def free_port() -> int:
 
 
 class Fleet:
-    def __init__(self, workdir: pathlib.Path, count: int, prefix: str = "hicache-fleet", caps: tuple[str, ...] = ()):
+    def __init__(self, workdir: pathlib.Path, count: int, prefix: str = "hicache-fleet", caps: tuple[str, ...] = (),
+                 volumes: tuple[str, ...] = ()):
         self.workdir = workdir
         self.key = workdir / "id_ed25519"
         self.hosts = {f"{prefix}-{os.getpid()}-{i + 1}": free_port() for i in range(count)}
         self.caps = tuple(caps)  # extra capabilities of every host (testhost.sh's TESTHOST_CAPS), e.g. ("SYS_ADMIN",)
+        self.volumes = tuple(volumes)  # "HOSTDIR:PATH" bind mounts into every host (TESTHOST_VOLUMES): a shared export
 
     def up(self) -> Fleet:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -38,7 +40,7 @@ class Fleet:
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.key)], check=True)
         subprocess.run([str(HERE / "base_image.sh")], check=True, stdout=subprocess.DEVNULL)  # build once, not per host
         with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
-            for done in [pool.submit(self._run, "up", name, str(port), str(self.key), caps=self.caps) for name, port in self.hosts.items()]:
+            for done in [pool.submit(self._run, "up", name, str(port), str(self.key), caps=self.caps, volumes=self.volumes) for name, port in self.hosts.items()]:
                 done.result()
         return self
 
@@ -51,20 +53,25 @@ class Fleet:
     def down(self) -> None:
         self._run("down", *self.hosts)
 
-    def inventory(self, profile: str = "local", extra_vars: dict | None = None, name: str = "inventory") -> pathlib.Path:
-        """An inventory of these hosts with a shipped profile's variables (connection: SSH as root)."""
+    def inventory(self, profile: str = "local", extra_vars: dict | None = None, name: str = "inventory",
+                  routers: tuple[str, ...] = (), host_vars: dict[str, dict] | None = None) -> pathlib.Path:
+        """An inventory of these hosts with a shipped profile's variables (connection: SSH as root). The hosts named
+        in `routers` form group hicache_routers (they run the router, not a server); `host_vars` are per host."""
         path = self.workdir / name
         if path.exists():
             shutil.rmtree(path)
         shutil.copytree(ROOT / "inventories" / profile / "group_vars", path / "group_vars")
         (path / "host_vars").mkdir()
-        hosts = {name: {"ansible_host": "127.0.0.1", "ansible_port": port} for name, port in self.hosts.items()}
+        hosts = {name: {"ansible_host": "127.0.0.1", "ansible_port": port, **(host_vars or {}).get(name, {})} for name, port in self.hosts.items()}
         # Test hosts are recreated every run with new host keys on reused ports: the test bed opts out of host key
         # checking explicitly, here and nowhere else (ansible.cfg checks them; the bench tunnel follows these args).
         connection = {"ansible_user": "root", "ansible_ssh_private_key_file": str(self.key),
                       "ansible_python_interpreter": "/usr/bin/python3",
                       "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"}
-        inventory = {"all": {"vars": connection, "children": {"hicache_servers": {"hosts": hosts}}}}
+        children = {"hicache_servers": {"hosts": {h: v for h, v in hosts.items() if h not in routers}}}
+        if routers:
+            children["hicache_routers"] = {"hosts": {h: v for h, v in hosts.items() if h in routers}}
+        inventory = {"all": {"vars": connection, "children": children}}
         (path / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
         if extra_vars:  # group_vars/all/ holds the profile's file and, last, the test's
             (path / "group_vars" / "all").mkdir()
@@ -86,7 +93,16 @@ class Fleet:
                                "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "root@127.0.0.1", command],
                               capture_output=True, text=True, timeout=60)
 
+    def address(self, name: str) -> str:
+        """The host's address on the test bed's container network: how the other test hosts reach it."""
+        out = subprocess.run(["podman", "inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}", name],
+                             check=True, capture_output=True, text=True).stdout.split()
+        if not out:
+            raise RuntimeError(f"{name} has no address on a container network")
+        return out[0]
+
     @staticmethod
-    def _run(*args: str, caps: tuple[str, ...] = ()) -> None:
-        env = {**os.environ, "TESTHOST_CAPS": " ".join(caps)} if caps else None
+    def _run(*args: str, caps: tuple[str, ...] = (), volumes: tuple[str, ...] = ()) -> None:
+        extra = {"TESTHOST_CAPS": " ".join(caps), "TESTHOST_VOLUMES": " ".join(volumes)}
+        env = {**os.environ, **{k: v for k, v in extra.items() if v}}
         subprocess.run([TESTHOST, *args], check=True, stdout=subprocess.DEVNULL, env=env)

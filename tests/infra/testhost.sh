@@ -6,7 +6,8 @@
 #   testhost.sh down NAME...          remove hosts
 #   testhost.sh clean                 remove every test host left by an interrupted run
 # KEY is a private key file; KEY.pub becomes root's authorized_keys. TESTHOST_CAPS (e.g. "NET_ADMIN")
-# adds capabilities to the container.
+# adds capabilities to the container; TESTHOST_VOLUMES (e.g. "/srv/x:/mnt/shared") bind-mounts host directories
+# into it (one directory mounted into several hosts is a shared "export").
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 label="io.hicache-deploy.testhost=1"
@@ -29,6 +30,7 @@ case "${1:-}" in
     [ "$port" != 0 ] || port=""
     caps=()
     for cap in ${TESTHOST_CAPS:-}; do caps+=(--cap-add "$cap"); done
+    for volume in ${TESTHOST_VOLUMES:-}; do caps+=(-v "$volume"); done
     podman run -d --name "$name" --hostname "$name" --label "$label" "${caps[@]}" \
       -p "127.0.0.1:$port:22" -v "$key.pub:/root/.ssh/authorized_keys:ro" "$image" >/dev/null
     port="$(podman port "$name" 22/tcp | head -n 1 | sed 's/.*://')"

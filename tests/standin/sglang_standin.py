@@ -8,8 +8,13 @@ the tests need to observe:
 - prefill: time = uncached prompt tokens x STANDIN_PREFILL_US_PER_TOKEN, plus cached tokens loaded
   from L3 x STANDIN_LOAD_US_PER_TOKEN (both microseconds), one prompt at a time (concurrent ones queue);
 - an L3 prefix cache in the storage directory (the file or NIXL backend's directory from the env),
-  keyed like SGLang: a SHA-256 chain over pages of token ids that starts from the served model name
-  and the page size, so changing either makes every page miss; it survives restarts.
+  keyed like SGLang's file backend: a SHA-256 chain over pages of token ids that starts from the served
+  model name and the page size, so changing either makes every page miss; it survives restarts, and
+  servers given the same directory (a shared export) read each other's pages. Like the file backend's keys
+  (sglang#33268), they omit --kv-cache-dtype and --tp-size: a server with another KV dtype or TP size
+  reads pages written in another format as its own (why hicache-deploy puts them in the L3 namespace);
+- /server_info: the server arguments the tests compare (served_model_name, page_size, kv_cache_dtype,
+  tp_size, pp_size, revision, hicache_storage_backend, hicache_write_policy), under SGLang's names.
 With write_back nothing reaches L3 (the host pool never evicts here). Tokens are whitespace-separated words. Faults for tests: STANDIN_NEVER_HEALTHY=1 (a bad image),
 STANDIN_URING_BROKEN=1 (the NIXL POSIX plugin cannot create its io_uring backend when asked for it).
 Stdlib only, so it runs on a bare test host.
@@ -34,6 +39,10 @@ def parse_args(argv):
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=30000)
     parser.add_argument("--page-size", type=int, default=1)
+    parser.add_argument("--kv-cache-dtype", default="auto")  # SGLang's default: the model's dtype
+    parser.add_argument("--tp-size", type=int, default=1)
+    parser.add_argument("--pp-size", type=int, default=1)
+    parser.add_argument("--revision")
     parser.add_argument("--hicache-storage-backend")
     parser.add_argument("--hicache-write-policy", default="write_through")
     parser.add_argument("--hicache-storage-backend-extra-config")
@@ -190,9 +199,11 @@ def handler_for(server):
             if self.path in ("/health", "/health_generate", "/ready"):
                 return self.send(200, {"status": "ok"}) if server.ready else self.send(503, {"status": "loading"})
             if self.path in ("/server_info", "/get_server_info"):
-                return self.send(200, {"served_model_name": server.args.served_model_name, "page_size": server.args.page_size,
-                                       "hicache_storage_backend": server.args.hicache_storage_backend,
-                                       "hicache_write_policy": server.args.hicache_write_policy, "version": "standin"})
+                args = server.args
+                return self.send(200, {"model_path": args.model_path, "served_model_name": args.served_model_name, "revision": args.revision,
+                                       "page_size": args.page_size, "kv_cache_dtype": args.kv_cache_dtype, "tp_size": args.tp_size,
+                                       "pp_size": args.pp_size, "hicache_storage_backend": args.hicache_storage_backend,
+                                       "hicache_write_policy": args.hicache_write_policy, "version": "standin"})
             if self.path == "/v1/models":
                 return self.send(200, {"object": "list", "data": [{"id": server.args.served_model_name, "object": "model"}]})
             if self.path == "/metrics" and server.args.enable_metrics:

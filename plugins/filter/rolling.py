@@ -1,0 +1,57 @@
+# Copyright: hicache-deploy developers
+# SPDX-License-Identifier: Apache-2.0
+"""The filters of a server's restart behind the routers (roles/sglang_server/tasks/restart.yml, hicachectl/rolling.py):
+the routers to take it out of and how to tell that it is drained.
+
+The core is the Python package hicache-deploy on the controller (see plugins/filter/hicache.py).
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    from hicachectl import rolling, rules, schema
+    from hicachectl.inventory import plain
+    from hicachectl.model import PREFIX
+except ImportError as error:  # pragma: no cover - exercised by ansible-test's import sanity test
+    CORE_MISSING = (f"hicache.deploy needs the Python package hicache-deploy on the controller (it provides hicachectl): "
+                    f"pip install its wheel into the Python that runs Ansible, see COLLECTION.md ({error})")
+else:
+    CORE_MISSING = None
+
+
+def _core():
+    if CORE_MISSING is not None:
+        raise AnsibleFilterError(CORE_MISSING)
+
+
+def hicache_rolling(variables, host, all_hostvars, routers):
+    """The restart plan of server `host` (`variables`: the hicache_vars lookup) behind `routers` (groups['hicache_routers'],
+    their variables in `all_hostvars`, i.e. hostvars): router URLs, the worker URL, the metrics URL, the drain timeout."""
+    _core()
+    hicache = plain({k: variables[k] for k in list(variables) if k.startswith(PREFIX) and k not in schema.FACTS})
+    deployment, findings = rules.check_host(host, hicache)
+    errors = [f.format() for f in findings if f.level == rules.ERROR]
+    if errors or deployment is None:
+        raise AnsibleFilterError("invalid hicache variables:\n" + "\n".join(errors))
+    names = list(routers or [])
+    router_vars = {name: plain({k: all_hostvars[name][k] for k in list(all_hostvars[name]) if k.startswith(PREFIX) and k not in schema.FACTS})
+                   for name in names}
+    host_vars = dict(hicache, **({"ansible_host": plain(all_hostvars[host]["ansible_host"])} if "ansible_host" in all_hostvars[host] else {}))
+    try:
+        return rolling.plan(deployment, host, host_vars, router_vars, names)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def hicache_in_flight(text):
+    """Requests a server runs or queues, from its /metrics text (every rank); -1 when the text has no such gauge."""
+    _core()
+    value = rolling.in_flight(text)
+    return -1 if value is None else value
+
+
+class FilterModule:
+    def filters(self):
+        return {f.__name__: f for f in (hicache_rolling, hicache_in_flight)}

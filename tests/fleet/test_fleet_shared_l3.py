@@ -1,0 +1,151 @@
+"""Shared L3 proven across servers (`hicachectl verify --l3` with hicache_l3_share). Three SSH test hosts get one
+directory of this machine bind-mounted at /mnt/kvcache: one export shared by every host, as a VAST or NFS tier is.
+Each runs SGLang's stand-in as a systemd service (start.sh execs it); the stand-in keys its pages like SGLang's file
+backend (served model name, page size, tokens; not the KV dtype), so what the namespace keeps apart is real here.
+
+The tests run in order on one fleet; each changes one host (or all) with `hicachectl deploy`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from fleet import STANDIN, Fleet
+from support import cli_json
+
+from hicachectl import namespace
+from hicachectl.inventory import load
+from hicachectl.rules import check_host
+
+pytestmark = pytest.mark.slow
+
+SHARED_VARS = {
+    "hicache_container_runtime": "none",
+    "hicache_launcher": ["python3", STANDIN],
+    "hicache_served_model_name": "gpt-oss-20b",
+    "hicache_storage_backend": "file",
+    "hicache_cache_dir": "/mnt/kvcache",
+    "hicache_storage_type": "local",
+    "hicache_strict": False,  # as the local profile: no GPU here, the host is degraded, never ok
+    "hicache_l3_share": "shared-test",
+    "hicache_page_size": 16,
+    "hicache_write_policy": "write_through",
+    "hicache_health_timeout": 120,
+}
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    export = tmp_path_factory.mktemp("export")
+    fleet = Fleet(tmp_path_factory.mktemp("fleet"), 3, prefix="hicache-l3share", volumes=(f"{export}:/mnt/kvcache",)).up()
+    try:
+        fleet.install_standin()
+        fleet.export = export
+        fleet.sorted = sorted(fleet.hosts)
+        yield fleet
+    finally:
+        fleet.down()
+
+
+def inventory(fleet, name, per_host=None, **group):
+    """The fleet's inventory with SHARED_VARS (and `group`) for all, `per_host` {host: vars} in host_vars/."""
+    path = fleet.inventory(extra_vars={**SHARED_VARS, **group}, name=name)
+    for host, variables in (per_host or {}).items():
+        (path / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump(variables))
+    return path
+
+
+def deploy(path, limit=None):
+    report = cli_json("deploy", "--inventory", str(path), *(["--limit", limit] if limit else []))
+    assert report["ok"], report
+
+
+def verify_l3(path, rc):
+    report = cli_json("verify", "--inventory", str(path), "--l3", check_rc=rc)
+    assert report["l3"] is True
+    return report["hosts"]
+
+
+def check(host_report, name):
+    found = [c for c in host_report["checks"] if c["check"] == name]
+    assert len(found) == 1, host_report
+    return found[0]
+
+
+def ask(fleet, host, prompt):
+    """One chat completion on the host's own server: (cached tokens, tokens loaded from storage by it)."""
+    code = ("import json,urllib.request as u;"
+            "m=lambda:[l for l in u.urlopen('http://127.0.0.1:30000/metrics').read().decode().splitlines() if l.startswith('sglang:cached_tokens_total')];"
+            "b=m();"
+            f"r=u.Request('http://127.0.0.1:30000/v1/chat/completions',data=json.dumps({{'model':'gpt-oss-20b','messages':[{{'role':'user','content':{prompt!r}}}]}}).encode(),headers={{'Content-Type':'application/json'}});"
+            "c=json.load(u.urlopen(r))['usage']['prompt_tokens_details']['cached_tokens'];"
+            "print(json.dumps([c,float(m()[0].split()[-1])-float(b[0].split()[-1])]))")
+    proc = fleet.ssh(host, f"python3 -c {json.dumps(code)}")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def deployment(path, host):
+    d, _ = check_host(host, load(str(path)).hosts[host])
+    return d
+
+
+def test_every_server_hits_the_pages_its_neighbour_wrote(shared):
+    path = inventory(shared, "shared")
+    deploy(path)
+    hosts = verify_l3(path, rc=0)  # batches of one host (hicache_serial unset): each writer is running
+    ring = {h: shared.sorted[i - 1] for i, h in enumerate(shared.sorted)}
+    for host, writer in ring.items():
+        assert hosts[host]["ok"], hosts[host]
+        assert check(hosts[host], "L3 write")["detail"].endswith(f"written to L3 by {writer}")
+        hit = check(hosts[host], "L3 hit across servers")
+        assert hit["status"] == "pass" and hit["detail"].endswith(f"written by {writer}"), hit
+        assert int(hit["detail"].split()[0]) >= 4 * 16  # at least the proof's pages came from the neighbour's writes
+    # one namespace for the three identical servers, on the one export
+    name = namespace.of(deployment(path, shared.sorted[0]))
+    assert [p.name for p in shared.export.iterdir()] == [name]
+    assert len(list((shared.export / name).iterdir())) >= 3 * 4  # each host's proof prompt: at least 4 pages
+
+
+@pytest.mark.parametrize("change,writer_phrase,reader_phrase", [
+    ({"hicache_page_size": 32}, "page size 32 vs 16", "page size 16 vs 32"),
+    ({"hicache_kv_cache_dtype": "fp8_e4m3"}, "KV dtype fp8_e4m3 vs auto", "KV dtype auto vs fp8_e4m3"),
+    ({"hicache_l3_namespace": "other-namespace"}, "namespace other-namespace vs ", "vs other-namespace"),
+], ids=["page-size", "kv-dtype", "namespace"])
+def test_one_server_that_differs_fails_the_proof_naming_the_difference(shared, change, writer_phrase, reader_phrase):
+    """Host 2 differs. Its writer (host 1) is the same as before: host 2 finds none of host 1's pages; host 3's writer is
+    host 2: host 3 finds none either. Host 1 reads host 3's pages: it passes. All three in one batch (fills before restarts)."""
+    first, odd, third = shared.sorted
+    path = inventory(shared, "shared-" + next(iter(change)).removeprefix("hicache_"), per_host={odd: change}, hicache_serial=3)
+    deploy(path, limit=odd)
+    hosts = verify_l3(path, rc=1)
+    assert hosts[first]["ok"] and check(hosts[first], "L3 hit across servers")["status"] == "pass", hosts[first]
+    for host, phrase, writer in ((odd, reader_phrase, first), (third, writer_phrase, odd)):
+        assert not hosts[host]["ok"]
+        assert check(hosts[host], "L3 write")["status"] == "pass"  # the writer wrote, the reader found nothing
+        hit = check(hosts[host], "L3 hit across servers")
+        assert hit["status"] == "fail" and hit["detail"].startswith("0 cached tokens"), hit
+        assert hit["cause"].startswith(f"{writer} and {host} differ: ") and phrase in hit["cause"], hit["cause"]
+        assert "not really shared" not in hit["cause"]
+
+
+def test_a_changed_kv_dtype_gets_a_new_namespace_and_no_hits_from_the_old_one(shared):
+    first, odd, third = shared.sorted
+    old = inventory(shared, "shared-old")
+    deploy(old, limit=odd)  # the three servers alike again
+    prompt = " ".join(f"old-{i}" for i in range(160))  # 10 pages
+    assert ask(shared, first, prompt) == [0, 0]
+    assert ask(shared, third, prompt) == [160, 160]  # the control: same format, the old pages are hits on another server
+    old_name = namespace.of(deployment(old, first))
+
+    new = inventory(shared, "shared-new", hicache_kv_cache_dtype="fp8_e5m2")
+    deploy(new)
+    new_name = namespace.of(deployment(new, first))
+    assert new_name != old_name
+    assert ask(shared, third, prompt) == [0, 0]  # restarted by the deploy with the new dtype: the old pages are not read
+    assert ask(shared, first, prompt) == [160, 160]  # what third just wrote, in the new namespace
+    assert {old_name, new_name} <= {p.name for p in shared.export.iterdir()}
+    assert len(list((shared.export / old_name).iterdir())) > 0  # the old pages are still there, only not read
+    hosts = verify_l3(new, rc=0)  # and the new namespace is shared as the old one was
+    assert all(check(hosts[h], "L3 hit across servers")["status"] == "pass" for h in shared.sorted), hosts
