@@ -166,6 +166,10 @@ def _check(inventory: str, limit: str | None, overrides: dict | None = None):
         deployments[host] = deployment
         findings.extend(host_findings)
     findings.extend(rules.check_fleet(inv.hosts, getattr(inv, "connections", None)))  # across hosts: one machine twice
+    findings.extend(rules.check_shared_tiers(deployments))
+    findings.extend(rules.check_routed(deployments, getattr(inv, "routers", {})))
+    for host, variables in getattr(inv, "routers", {}).items():  # a router host: only the router's variables
+        findings.extend(rules.check_host(host, {**variables, **(overrides or {})}, role="router")[1])
     return inv, deployments, _masked_findings(findings, inv.hosts.values())
 
 
@@ -194,15 +198,36 @@ def validate(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: 
 
     inv, deployments, findings = _check(inventory, limit)
     ok = not rules.has_errors(findings)
+    namespaces = _namespaces(deployments)
     if json:
         report.emit_json({"inventory": inv.name, "path": str(inv.path), "ok": ok, "hosts": sorted(deployments),
-                          "findings": [f.as_dict() for f in findings]})
+                          "findings": [f.as_dict() for f in findings], "l3_namespaces": namespaces})
     else:
         _print_findings(inv, findings)
+        for line, hosts in _grouped(namespaces, "line").items():  # identical servers: one line
+            typer.echo(f"{rules.compact_hosts(hosts)}: {line}")
         errors = sum(f.level == rules.ERROR for f in findings)
         typer.echo(f"inventory {inv.name}: {len(deployments)} host(s), {errors} error(s), {len(findings) - errors} warning(s)"
                    + (": valid." if ok else ": invalid, nothing was deployed."))
     raise typer.Exit(EXIT_OK if ok else EXIT_INVALID)
+
+
+def _namespaces(deployments: dict) -> dict:
+    """validate's account of each valid server's L3 namespace (hicachectl/l3.py): its line, the namespace, what it is
+    derived from, whether it is off (the rule l3-namespace-off warns about it)."""
+    from hicachectl import l3, namespace
+
+    return {host: {"namespace": namespace.of(d), "line": l3.describe(d), "components": namespace.components(d),
+                   "off": l3.is_off(d)}
+            for host, d in deployments.items() if d is not None}
+
+
+def _grouped(namespaces: dict, key: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for host, entry in namespaces.items():
+        if entry[key]:
+            out.setdefault(entry[key], []).append(host)
+    return out
 
 
 @app.command()
@@ -443,12 +468,13 @@ def verify(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bo
         raise typer.Exit(EXIT_INVALID)
     _say(f"verifying {len(deployments)} host(s) of {inv.name}" + (" with the L3 persistence proof (restarts each server)" if l3 else ""))
     run_id = _new_run_id()
-    result = runner.run_playbook("verify.yml", inv.path, limit=limit, hosts=deployments,
+    routers = sorted(getattr(inv, "routers", {}))  # router hosts: verify_routers.yml asks their SGLang router
+    result = runner.run_playbook("verify.yml", inv.path, limit=limit, hosts=[*deployments, *routers], routers=routers,
                                  extravars=_play_vars(deployments, l3, {"__hicache_verify_l3_requested": l3, "__hicache_run_id": run_id}),
                                  progress=lambda host, task, status: _say(f"  {host}: {task} ... {status}") if status != "ok" else None)
     _release_locks_after(result, inv, run_id)
     hosts, code = {}, EXIT_OK
-    for host in sorted(deployments):
+    for host in [*sorted(deployments), *routers]:
         outcome = result.hosts[host]
         verdict = outcome.facts.get("hicache_verify_report")
         if verdict is None:
@@ -484,7 +510,9 @@ def verify(inventory: str = InventoryOpt, limit: str | None = LimitOpt, json: bo
 @app.command()
 @_with_vault
 def bench(inventory: str | None = typer.Option(None, "--inventory", "-i", help="Benchmark a host of this inventory (reached over SSH as Ansible reaches it)."),
-          host: str | None = typer.Option(None, "--host", help="The inventory host (default: the first)."),
+          host: str | None = typer.Option(None, "--host", help="The inventory host (default: the first; with --router, the first router)."),
+          router: bool = typer.Option(False, "--router", help="With --inventory: send the prompts through the inventory's router (group "
+                                      "hicache_routers); metrics are every server's; warm after a restart of every server, each drained."),
           url: str | None = typer.Option(None, "--url", help="Or a server's base URL, e.g. http://gpu-01:8000."),
           concurrency: str = typer.Option("1,2,4,8,16,32,64", "--concurrency", help="Comma-separated levels; total prompts = concurrency."),
           input_len: int = typer.Option(120_000, "--input-len", help="Prompt length in words (about one token each)."),
@@ -511,6 +539,8 @@ def bench(inventory: str | None = typer.Option(None, "--inventory", "-i", help="
         levels = []
     if (inventory is None) == (url is None):
         raise _usage("give exactly one of --inventory and --url.")
+    if router and inventory is None:
+        raise _usage("--router needs --inventory (the router and its servers are the inventory's).")
     if not levels or min(levels) < 1:
         raise _usage(f"--concurrency {concurrency!r}: give whole numbers >= 1 separated by commas, e.g. 1,2,4.")
     if input_len < 1:
@@ -518,7 +548,7 @@ def bench(inventory: str | None = typer.Option(None, "--inventory", "-i", help="
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
     salt = f"{stamp}-{secrets.token_hex(4)}"  # never a prompt an earlier run put on L3
     out = out or pathlib.Path(f"hicache-bench-{stamp}")
-    with _bench_target(inventory, host, url, restart_command) as (target, label):
+    with _bench_target(inventory, host, url, restart_command, router) as (target, label):
         _say(f"bench {label}: {input_len} words x concurrency {levels}; warm after {target.reset_label}")
         results = []
         try:
@@ -543,8 +573,9 @@ def bench(inventory: str | None = typer.Option(None, "--inventory", "-i", help="
 
 
 @contextlib.contextmanager
-def _bench_target(inventory: str | None, host: str | None, url: str | None, restart_command: str | None):
-    """(target, label): an inventory host through an SSH tunnel, restarted by the restart playbook; or a URL."""
+def _bench_target(inventory: str | None, host: str | None, url: str | None, restart_command: str | None, through_router: bool = False):
+    """(target, label): an inventory host through an SSH tunnel, restarted by the restart playbook; the inventory's
+    router and every server behind it (tunnels to each), every server restarted; or a URL."""
     import subprocess
 
     from hicachectl import bench as benching
@@ -558,6 +589,9 @@ def _bench_target(inventory: str | None, host: str | None, url: str | None, rest
 
         yield (benching.Target(url.rstrip("/"), None, run_restart_command if restart_command else None,
                                "restart command" if restart_command else "flush_cache (device and host caches; L3 kept)"), url)
+        return
+    if through_router:
+        yield from _router_target(inventory, host)
         return
     inv, deployments, findings = _check(inventory, host)
     if rules.has_errors(findings):
@@ -585,6 +619,54 @@ def _bench_target(inventory: str | None, host: str | None, url: str | None, rest
             _say(f"error: cannot open the bench tunnel to {name}: SSH at {where} did not let us in ({exc or type(exc).__name__}).")
             raise typer.Exit(EXIT_INVALID) from exc
         yield benching.Target(base_url, d.served_name, restart, f"restart of {name} (hicachectl restart)"), f"{name} of {inv.name}"
+
+
+def _router_target(inventory: str, host: str | None):
+    """bench --router: the router (tunnel to its port) with the /metrics of every server (a tunnel to each); the
+    reset restarts every server through restart.yml (each out of the router until it is healthy again)."""
+    from hicachectl import bench as benching
+    from hicachectl import inventory as inventories
+    from hicachectl import router, rules, runner, tunnel
+
+    inv, deployments, findings = _check(inventory, None)
+    if rules.has_errors(findings):
+        _print_findings(inv, findings)
+        raise typer.Exit(EXIT_INVALID)
+    routers = getattr(inv, "routers", {})
+    if not routers:
+        raise _usage(f"inventory {inv.name} has no router: --router needs a host in group hicache_routers.")
+    if host is not None and host not in routers:
+        raise _usage(f"--host {host}: not a router of {inv.name} (its routers: {', '.join(routers)}).")
+    name = host or next(iter(routers))
+    d_router = router.check_router_host(name, routers[name])[0]
+
+    def restart() -> None:
+        # one server at a time: the others keep serving through the router (the bench's own prompts wait for it)
+        result = runner.run_playbook("restart.yml", inv.path, extravars={"hicache_serial": 1, "hicache_max_fail_percentage": 0})
+        if not result.succeeded:
+            bad = [h for h, r in result.hosts.items() if r.reasons]
+            raise benching.BenchError("restarting the servers failed: " + "; ".join(f"{h}: {'; '.join(result.hosts[h].reasons)}" for h in bad))
+
+    with contextlib.ExitStack() as stack:
+        urls = {}
+        for target_host, port, address in [(name, d_router.router_port, "127.0.0.1" if d_router.router_host in ("0.0.0.0", "localhost") else d_router.router_host)] + \
+                [(s, d.effective_port, d.local_host) for s, d in deployments.items()]:
+            try:
+                conn = inventories.connection(inventory, target_host)
+                urls[target_host] = stack.enter_context(tunnel.forward(conn, target_host, port, address))
+            except inventories.InventoryError as exc:
+                _say(f"error: {exc}")
+                raise typer.Exit(exc.exit_code) from exc
+            except Exception as exc:  # paramiko's and the socket's: say what could not be reached
+                if not isinstance(exc, OSError | EOFError) and not type(exc).__module__.startswith("paramiko"):
+                    raise
+                _say(f"error: cannot open the bench tunnel to {target_host}: {exc or type(exc).__name__}.")
+                raise typer.Exit(EXIT_INVALID) from exc
+        served = {d.served_name for d in deployments.values()}
+        yield (benching.Target(urls[name], next(iter(served)) if len(served) == 1 else None, restart,
+                               f"restart of every server behind {name} (hicachectl restart, each drained)",
+                               [urls[s] for s in deployments]),
+               f"router {name} of {inv.name} ({len(deployments)} servers)")
 
 
 @app.command()
@@ -670,17 +752,23 @@ def _run(playbook: str, inventory: str, limit: str | None, json: bool, *, check:
         _print_findings(inv, findings)
         _say("invalid inventory: no host was contacted.")
         raise typer.Exit(EXIT_INVALID)
-    hidden = secrets.all_values(deployments.values())  # diffs (an old start.sh's), notes and reasons show them as ********
+    # diffs (an old start.sh's), notes and reasons show them as ********; a router's too (its index URL)
+    hidden = secrets.all_values([*deployments.values(), *getattr(inv, "routers", {}).values()])
 
     def progress(host: str, task: str, status: str) -> None:
         if status != "ok":
             _say(f"  {host}: {task} ... {status}")
 
-    _say(f"{'checking' if check else 'running'} {playbook} on {len(deployments)} host(s) of {inv.name}")
+    # site.yml ends with the routers' play; the other playbooks run on servers only
+    routers = list(inv.routers) if playbook == "site.yml" else []
+    routers_said = f" and {len(routers)} router(s)" if routers else ""
+    _say(f"{'checking' if check else 'running'} {playbook} on {len(deployments)} host(s){routers_said} of {inv.name}")
     run_id = _new_run_id()
-    extravars = _play_vars(deployments, rolling, {**(extravars or {}), "__hicache_run_id": run_id})
+    # With routers a change rolls one server at a time by default (hicache_serial 0 would take every server out of
+    # the routers at once): the others serve meanwhile.
+    extravars = _play_vars(deployments, rolling or bool(getattr(inv, "routers", {})), {**(extravars or {}), "__hicache_run_id": run_id})
     result = runner.run_playbook(playbook, inv.path, limit=limit, check=check, diff=show_diff or check, progress=progress,
-                                 extravars=extravars, hosts=deployments)
+                                 extravars=extravars, hosts=[*deployments, *routers], routers=routers)
     _release_locks_after(result, inv, run_id)
     if json:
         report.emit_json(secrets.mask({"inventory": inv.name, "check": check, "ok": result.succeeded, "interrupted": result.interrupted,
@@ -736,3 +824,6 @@ def monitoring(inventory: str = InventoryOpt,
         _say(f"note: {note}")
     typer.echo(f"wrote {', '.join(rendered.files)} to {out}: {len(rendered.targets)} target(s); "
                f"load {out / monitor.DASHBOARD_FILE} into Grafana.")
+
+
+from hicachectl import cli_l3  # noqa: E402,F401 - registers `l3` (hicachectl/cli_l3.py) on the app, with the helpers above

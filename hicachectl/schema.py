@@ -327,7 +327,7 @@ VARIABLES: tuple[Var, ...] = (
     _v("hicache_router_prometheus_port", "int", 29000, "Port of the router's Prometheus metrics (--prometheus-port).", role="router", domain=PORT),
     _v("hicache_router_policy", "str", "cache_aware", "Routing policy (--policy); cache_aware sends a prompt to the worker holding the longest shared prefix.", role="router",
        choices=("cache_aware", "round_robin", "random", "power_of_two")),
-    _v("hicache_router_index_url", "str", None, "pip index (a mirror) to install the router from; None: pip's configured index.", role="router",
+    _v("hicache_router_index_url", "str", None, "pip index (a mirror) to install the router from; None: pip's configured index. Secret: it may carry credentials.", role="router", secret=True,
        domain=Domain("an http(s) URL without spaces", "https://pypi.example.com/simple", "url", pattern=r"https?://[^\s]+")),
     _v("hicache_router_wheelhouse", "str", None, "Directory on the controller with the router's wheels and its dependencies' (`pip download sglang-router==VERSION`); "
        "copied to the host and installed offline. None: from the index.", role="router",
@@ -415,7 +415,7 @@ FACTS = {
     "hicache_preflight_report": "The preflight role's judgement of the host (checks, required_missing); hicachectl doctor reads it.",
     "hicache_status_report": "What the status playbook read on the host; hicachectl status reads it.",
     "hicache_verify_report": "The verify playbook's checks of the host's server; hicachectl verify reads it.",
-    "hicache_l3_report": "The L3 namespaces of the host's tier as the l3 playbook listed them (and what it removed); hicachectl l3 reads it.",
+    "hicache_l3_report": "The L3 namespaces of the host's tier as the l3 playbook listed them (and what it removed), and what each server runs (its deployed.json: `running`); hicachectl l3 reads it.",
 }
 
 # The roles of the collection, in the order site.yml runs them ("site" above is the playbook's own).

@@ -1,0 +1,175 @@
+"""`hicachectl l3` on SSH test hosts: two configs on one shared tier, listed once, and `--prune` removing only the
+old namespace. Two test hosts get one directory of this machine bind-mounted at /mnt/kvcache (one export, as a
+VAST or NFS tier); each runs SGLang's stand-in as a systemd service, which writes a page file per page of a prompt
+into its L3 directory: <hicache_cache_dir>/<namespace> (launch.py passes it). What is never pruned: a literal
+directory (`models`), nixl's bucket directories, the namespace the servers run after the inventory was edited and
+not deployed (their deployed.json), anything on the tier while one of its servers cannot be reached.
+
+The tests run in order on one fleet."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from fleet import STANDIN, Fleet
+from support import cli, cli_json
+
+from hicachectl import namespace
+from hicachectl.inventory import load
+from hicachectl.rules import check_host
+
+pytestmark = pytest.mark.slow
+
+VARS = {
+    "hicache_container_runtime": "none",
+    "hicache_launcher": ["python3", STANDIN],
+    "hicache_served_model_name": "gpt-oss-20b",
+    "hicache_storage_backend": "file",
+    "hicache_cache_dir": "/mnt/kvcache",
+    "hicache_storage_type": "local",
+    "hicache_strict": False,  # as the local profile: no GPU here, the host is degraded, never ok
+    "hicache_l3_share": "l3-test",
+    "hicache_page_size": 16,
+    "hicache_write_policy": "write_through",
+    "hicache_health_timeout": 120,
+}
+PROMPT = " ".join(f"word{i}" for i in range(16 * 6))  # six pages
+
+
+@pytest.fixture(scope="module")
+def tier(tmp_path_factory):
+    export = tmp_path_factory.mktemp("export")
+    fleet = Fleet(tmp_path_factory.mktemp("fleet"), 2, prefix="hicache-l3ns", volumes=(f"{export}:/mnt/kvcache",)).up()
+    try:
+        fleet.install_standin()
+        fleet.export = export
+        fleet.sorted = sorted(fleet.hosts)
+        fleet.configs = {}
+        yield fleet
+    finally:
+        fleet.down()
+
+
+def config(fleet, name, **group):
+    """An inventory of the fleet with VARS and `group`, and the namespace its servers use."""
+    path = fleet.inventory(extra_vars={**VARS, **group}, name=name)
+    host = fleet.sorted[0]
+    d, _ = check_host(host, load(str(path)).hosts[host])
+    return path, namespace.of(d)
+
+
+def ask(fleet, host, prompt):
+    code = ("import json,urllib.request as u;"
+            f"r=u.Request('http://127.0.0.1:30000/v1/chat/completions',data=json.dumps({{'model':'gpt-oss-20b','messages':[{{'role':'user','content':{prompt!r}}}]}}).encode(),headers={{'Content-Type':'application/json'}});"
+            "print(json.load(u.urlopen(r))['usage']['prompt_tokens'])")
+    proc = fleet.ssh(host, f"python3 -c {json.dumps(code)}")
+    assert proc.returncode == 0, proc.stderr
+
+
+def files(fleet, name):
+    return sorted(p.name for p in (fleet.export / name).iterdir())
+
+
+def test_two_configs_write_two_namespaces_on_the_tier(tier):
+    old_path, old = config(tier, "kv-auto")
+    new_path, new = config(tier, "kv-fp8", hicache_kv_cache_dtype="fp8_e4m3")
+    assert old != new
+    for path, host in ((old_path, tier.sorted[0]), (new_path, tier.sorted[1])):
+        # Both servers on the config; one writes its pages. (Judged per host: every host ran without a failure.)
+        report = json.loads(cli("deploy", "--inventory", str(path), "--json").stdout)
+        assert all(r["failed"] == 0 and not r["unreachable"] and not r["interrupted"] for r in report["hosts"].values()), report
+        assert set(report["hosts"]) == set(tier.hosts)
+        ask(tier, host, PROMPT)
+    tier.configs.update(old=(old_path, old), new=(new_path, new))
+    assert len(files(tier, old)) == 6 and len(files(tier, new)) == 6
+    assert sorted(p.name for p in tier.export.iterdir()) == sorted([old, new])
+    # Beside them, what is not a namespace of auto's: a literal directory and a bucket of nixl's pages (namespace off).
+    for name, count in (("models", 2), ("a7", 3)):
+        (tier.export / name).mkdir()
+        for i in range(count):
+            (tier.export / name / f"f{i}").write_text("x")
+            os.utime(tier.export / name / f"f{i}", (1_700_000_000, 1_700_000_000))
+
+
+def test_l3_lists_the_shared_tier_once_with_both_namespaces(tier):
+    path, new = tier.configs["new"]
+    old = tier.configs["old"][1]
+    report = cli_json("l3", "--inventory", str(path))
+    assert [t["name"] for t in report["tiers"]] == ["l3-test"]  # two hosts, one export: read once
+    shared = report["tiers"][0]
+    assert shared["read_on"] == tier.sorted[0] and shared["hosts"] == tier.sorted and shared["path"] == "/mnt/kvcache"
+    rows = {r["namespace"]: r for r in shared["namespaces"]}
+    assert set(rows) == {old, new, "models", "(no namespace)"}
+    assert rows["(no namespace)"]["pages"] == 3 and not rows["models"]["prune"] and "not a name auto derives" in rows["models"]["why_kept"]
+    assert rows[new]["state"] == "in use" and rows[new]["used_by"] == tier.sorted and rows[new]["pages"] == 6
+    assert rows[old]["state"] == "unused" and rows[old]["pages"] == 6 and rows[old]["bytes"] == 6 * len("kv")
+    assert rows[old]["last_use"] and rows[old]["prune"] is False and rows[new]["prune"] is False
+    assert "a server may still use it" in rows[old]["why_kept"]  # written minutes ago: --min-age 24 h keeps it
+    text = cli("l3", "--inventory", str(path), check_rc=0).stdout
+    assert "tier l3-test (shared by " in text and old in text and new in text
+
+
+def test_an_edited_inventory_not_yet_deployed_keeps_the_namespace_the_servers_run(tier):
+    path, new = tier.configs["new"]
+    old = tier.configs["old"][1]
+    edited, third = config(tier, "kv-fp8-p32", hicache_kv_cache_dtype="fp8_e4m3", hicache_page_size=32)
+    assert third not in (old, new)
+    report = cli_json("l3", "--inventory", str(edited), "--prune", "--min-age", "0")
+    shared = report["tiers"][0]
+    rows = {r["namespace"]: r for r in shared["namespaces"]}
+    assert report["running"] == {new: tier.sorted} and report["not_checked"] == {}
+    assert rows[new]["state"] == "running" and rows[new]["prune"] is False
+    assert shared["would_remove"] == [old]
+
+
+def test_prune_without_yes_names_the_old_namespace_and_removes_nothing(tier):
+    path, new = tier.configs["new"]
+    old = tier.configs["old"][1]
+    dry = cli("l3", "--inventory", str(path), "--prune", "--min-age", "0", check_rc=0)
+    assert f"would remove {old}" in dry.stdout and f"would remove {new}" not in dry.stdout
+    assert "dry run: 1 unused namespace(s) would be removed; nothing was removed" in dry.stdout
+    assert len(files(tier, old)) == 6 and len(files(tier, new)) == 6
+
+
+def test_prune_yes_removes_only_the_old_namespace(tier):
+    path, new = tier.configs["new"]
+    old = tier.configs["old"][1]
+    before = files(tier, new)
+    report = cli_json("l3", "--inventory", str(path), "--prune", "--yes", "--min-age", "0")
+    shared = report["tiers"][0]
+    assert shared["removed"] == [old] and shared["refused"] == [] and shared["removal_errors"] == []
+    assert [r["namespace"] for r in shared["namespaces"]] == [*sorted(["models", new]), "(no namespace)"]
+    assert not (tier.export / old).exists()
+    assert files(tier, new) == before  # the namespace in use is untouched
+    assert files(tier, "models") == ["f0", "f1"] and files(tier, "a7") == ["f0", "f1", "f2"]
+    again = cli_json("l3", "--inventory", str(path), "--prune", "--min-age", "0")
+    assert again["tiers"][0]["would_remove"] == []
+
+
+def test_a_tier_is_read_on_its_next_host_when_the_first_cannot_be_reached(tier):
+    path, new = tier.configs["new"]
+    tier.stop(tier.sorted[0])
+    report = cli_json("l3", "--inventory", str(path))
+    assert report["tiers"][0]["read_on"] == tier.sorted[1]
+    assert [r["namespace"] for r in report["tiers"][0]["namespaces"]] == [*sorted(["models", new]), "(no namespace)"]
+    alone = cli_json("l3", "--inventory", str(path), "--limit", tier.sorted[0], check_rc=1)  # the only host allowed is down
+    assert alone["tiers"][0]["error"].startswith(f"{tier.sorted[0]}: ")
+
+
+def test_a_server_that_cannot_be_reached_holds_the_prune_of_its_tier(tier):
+    path, new = tier.configs["new"]
+    stale = "stale-0123456789ab"  # unused, of auto's form, old: pruned when every server is checked
+    (tier.export / stale).mkdir()
+    (tier.export / stale / "p").write_text("x")
+    os.utime(tier.export / stale / "p", (1_700_000_000, 1_700_000_000))
+    down = tier.sorted[0]  # stopped by the test before
+    report = cli_json("l3", "--inventory", str(path), "--prune", "--yes", check_rc=1)
+    shared = report["tiers"][0]
+    assert shared["read_on"] == tier.sorted[1] and list(shared["not_checked"]) == [down]
+    assert shared.get("removed", []) == [] and (tier.export / stale / "p").exists()
+    rows = {r["namespace"]: r for r in shared["namespaces"]}
+    assert f"not checked what {down} runs" in rows[stale]["why_kept"]
+    text = cli("l3", "--inventory", str(path), "--prune", check_rc=1).stdout
+    assert f"nothing is pruned on this tier: not checked what {down} runs" in text and "would remove" not in text
