@@ -314,7 +314,8 @@ def load(name_or_path: str, limit: str | None = None) -> Inventory:
     notes: list[str] = []
     loader, manager, variables = _open(path, notes)
     try:
-        hosts = manager.get_hosts(pattern=limit or "all")
+        with _captured_warnings(notes):  # a pattern that matches nothing is said below, not as Ansible's raw warning
+            hosts = manager.get_hosts(pattern=limit or "all")
     except AnsibleError as exc:
         raise InventoryError(f"{path}: {_first_line(exc)}") from exc
     if not hosts:

@@ -9,9 +9,10 @@ A changed version, port, policy or flag changes the unit itself and restarts it.
 
 sglang-router 0.3.2 facts this relies on: `launch --worker-urls URL...` (zero URLs is fine), `GET /workers`,
 `POST /workers` {"url"}, `DELETE /workers/{id}`, `GET /health`, Prometheus text with `smg_*` metric names on
---prometheus-port. It marks a worker it adds healthy at once (only its periodic health check, every 60 s,
-marks it unhealthy), so verify also asks each worker's /health from the router host, and a worker whose model the
-router could not read (`model_id` "unknown") fails.
+--prometheus-port. A worker it cannot reach when it is added is not listed: the addition stays "processing" and is
+retried every few seconds until the worker answers (seen on loopback with 0.3.2); a listed worker that dies stays
+listed healthy until its periodic health check (every 60 s, 3 failures) says otherwise. So verify also asks each
+worker's /health from the router host, and a worker whose model the router could not read (`model_id` "unknown") fails.
 """
 
 from __future__ import annotations

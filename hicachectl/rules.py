@@ -161,11 +161,18 @@ def check_routed(deployments: Mapping[str, Any], routers: Iterable[str]) -> list
     routers = list(routers)
     if not routers:
         return []
-    return [Finding(ERROR, host, "hicache_enable_metrics", "router-drain-metrics",
-                    f"is false, but the inventory has routers ({compact_hosts(routers)}): a restart takes the server out of them and "
-                    "waits for its running and queued requests on /metrics, which it would not serve.",
-                    "set hicache_enable_metrics: true.")
-            for host, d in deployments.items() if d is not None and not d.enable_metrics]
+    findings = [Finding(ERROR, host, "hicache_enable_metrics", "router-drain-metrics",
+                        f"is false, but the inventory has routers ({compact_hosts(routers)}): a restart takes the server out of them and "
+                        "waits for its running and queued requests on /metrics, which it would not serve.",
+                        "set hicache_enable_metrics: true.")
+                for host, d in deployments.items() if d is not None and not d.enable_metrics]
+    findings += [Finding(ERROR, host, "hicache_host", "router-reach",
+                         f"the server listens on {d.effective_host} (loopback), which the routers ({compact_hosts(routers)}) cannot reach at "
+                         "its default worker URL http://<ansible_host>:<port>.",
+                         "set hicache_host: 0.0.0.0 (or an address the routers reach), or hicache_worker_url for a router on the same machine.")
+                 for host, d in deployments.items()
+                 if d is not None and d.worker_url is None and d.effective_host in ("127.0.0.1", "localhost", "::1")]
+    return findings
 
 
 # --- fleet-sized output ---------------------------------------------------------------------------

@@ -116,6 +116,7 @@ class _Collector:
         self.running: dict[tuple[str, str], threading.Timer] = {}
         self.finished = False  # the final stats event arrived
         self.play = ""  # the play under way
+        self.routers_play = False  # whether it is the routers' play (hosts: hicache_routers)
 
     def host(self, name: str) -> HostResult:
         return self.hosts.setdefault(name, HostResult(name))
@@ -137,12 +138,13 @@ class _Collector:
             play = str(data.get("play_uuid", "")).split("_")[0]
             if play != self.play:
                 self.play = play
-                routers_play = str(data.get("play_pattern", "")) == ROUTERS
+                self.routers_play = str(data.get("play_pattern", "")) == ROUTERS
                 for host in self.hosts.values():
-                    if (host.host in self.routers) == routers_play:
+                    if (host.host in self.routers) == self.routers_play:
                         host.reached = False
+        # A router counts as reached only by the routers' play (validate's run-once tasks may name it first).
         if host_name and kind.startswith("runner_"):
-            self.host(host_name).reached = True
+            self.host(host_name).reached |= host_name not in self.routers or self.routers_play
         if kind == "playbook_on_stats":
             self.finished = True
             self._stats(data)
@@ -165,8 +167,9 @@ class _Collector:
         elif host_name and kind in ("runner_on_failed", "runner_item_on_failed") and not data.get("ignore_errors"):
             reasons = self.host(host_name).reasons
             message = _message(res)
+            label = _item_label(res) if kind == "runner_item_on_failed" else None  # which loop item: e.g. which router
             if not any(r.endswith(f": {message}") for r in reasons):  # a rescue that re-raises repeats the cause
-                reasons.append(f"{task}: {message}")
+                reasons.append(f"{task} ({label}): {message}" if label else f"{task}: {message}")
             self._tell(host_name, task, "failed")
         elif host_name and kind == "runner_on_unreachable":
             self.host(host_name).reasons.append(f"unreachable: {_message(res)}")

@@ -32,3 +32,19 @@ def test_a_router_the_routers_play_never_reached_is_not_run():
                   play("routers", "hicache_routers")):
         collector(event)
     assert {h: r.status for h, r in collector.hosts.items()} == {"gpu-1": "ok", "router-1": "not run"}
+
+
+def test_a_router_named_only_by_validate_before_a_stopped_rollout_is_not_run():
+    collector = _Collector(None, routers=["router-1"])
+    for event in (play("validate", "all"), ok("router-1"), ok("gpu-1"),  # validate's run-once tasks name the first host
+                  play("deploy", "all:!hicache_routers"), {"event": "runner_on_failed", "event_data": {"host": "gpu-1", "task": "t", "res": {}}}):
+        collector(event)
+    assert collector.hosts["router-1"].status == "not run"
+
+
+def test_a_failed_loop_item_is_named_in_the_reason():
+    collector = _Collector(None)
+    collector(play("deploy", "all"))
+    collector({"event": "runner_item_on_failed", "event_data": {"host": "gpu-1", "task": "Remove it from each router",
+                                                                "res": {"msg": "timed out", "_ansible_item_label": "router-2"}}})
+    assert collector.hosts["gpu-1"].reasons == ["Remove it from each router (router-2): timed out"]

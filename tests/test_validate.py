@@ -220,7 +220,7 @@ def test_the_listener_does_see_a_contact(tmp_path, listener):
 
 
 def test_with_routers_every_server_must_serve_metrics_the_drain_reads(tmp_path):
-    inventory = make_inventory(tmp_path, {**VALID, "hicache_enable_metrics": False})
+    inventory = make_inventory(tmp_path, {**VALID, "hicache_enable_metrics": False, "hicache_host": "0.0.0.0"})
     hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
     assert validate_here(inventory).exit_code == 0  # no router: metrics are the user's choice
     hosts["all"]["children"]["hicache_routers"] = {"hosts": {"router-1": {"ansible_host": "127.0.0.3", "ansible_user": "root"}}}
@@ -229,3 +229,13 @@ def test_with_routers_every_server_must_serve_metrics_the_drain_reads(tmp_path):
     assert result.exit_code == 1
     found = [(f["host"], f["rule"]) for f in json.loads(result.stdout)["findings"] if f["level"] == "error"]
     assert found == [("gpu-a", "router-drain-metrics"), ("gpu-b", "router-drain-metrics")]
+
+
+def test_with_routers_a_server_on_loopback_needs_a_worker_url_the_routers_reach(tmp_path):
+    inventory = make_inventory(tmp_path, {**VALID, "hicache_host": "127.0.0.1"}, {"gpu-b": {"hicache_worker_url": "http://127.0.0.2:30000"}})
+    hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
+    hosts["all"]["children"]["hicache_routers"] = {"hosts": {"router-1": {"ansible_host": "127.0.0.3", "ansible_user": "root"}}}
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    result = validate_here(inventory, "--json")
+    assert result.exit_code == 1
+    assert [(f["host"], f["rule"]) for f in json.loads(result.stdout)["findings"] if f["level"] == "error"] == [("gpu-a", "router-reach")]

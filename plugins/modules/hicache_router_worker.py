@@ -28,9 +28,10 @@ description:
     addition failed or the worker is not healthy in time.
   - With O(state=absent) a listed worker is removed (changed), then the module waits up to O(timeout) seconds until the router no longer
     lists it; a worker the router does not list is not an error (not changed).
-  - sglang-router 0.3.2 marks a worker it adds healthy at once (even when it cannot reach it; its model is then C(unknown)) and only its
-    periodic health check (C(--health-check-interval-secs), 60 s by default, 3 failures) marks it unhealthy. So check the worker's own
-    C(/health) before adding it; RV(worker.model_id) C(unknown) means the router could not read the worker's model when it added it.
+  - sglang-router 0.3.2 does not list a worker it cannot reach when it is added (the addition is retried until the worker answers), so
+    O(state=present) waits until the worker is listed healthy; a listed worker that dies stays listed healthy until the periodic health
+    check (C(--health-check-interval-secs), 60 s by default, 3 failures) says otherwise, so check the worker's own C(/health) too.
+    RV(worker.model_id) C(unknown) means the router could not read the worker's model.
   - In check mode only C(GET /workers) is sent; the result says what would change.
 options:
   router_url:
