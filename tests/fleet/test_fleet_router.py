@@ -301,11 +301,20 @@ def test_a_rolling_upgrade_through_the_router_fails_no_request_and_drains_each_s
         assert back and back[0] < removed[second], f"{second} left the router before {first} was back"
 
 
-def test_bench_through_the_router_measures_cold_and_warm_and_the_warm_prompts_come_from_the_shared_tier(bed, tmp_path):
+def test_the_shared_tier_proof_and_bench_through_the_router_warm_prompts_come_from_the_shared_tier(bed, tmp_path):
     fleet, servers, router, urls, router_url = bed
     inv = inventory(bed, "bench")
     run = cli("deploy", "--inventory", str(inv))
     assert run.returncode == 0, run.stdout + run.stderr
+    # the cross-server proof behind the router: each server restarted (drained from the router, put back) hits the
+    # pages its neighbour wrote on the shared tier; the router still lists every server healthy afterwards
+    proof = cli("verify", "--inventory", str(inv), "--l3", "--json")
+    assert proof.returncode == 0, proof.stdout + proof.stderr
+    report = json.loads(proof.stdout)
+    for server in servers:
+        checks = {c["check"]: c for c in report["hosts"][server]["checks"]}
+        assert checks["L3 hit across servers"]["status"] == "pass", checks
+    wait_listed(router_url, urls.values())
     out = tmp_path / "bench"
     run = cli("bench", "-i", str(inv), "--router", "--concurrency", "1,2", "--input-len", "1200", "--out", str(out), "--json", "--timeout", "300")
     assert run.returncode == 0, run.stdout + run.stderr
