@@ -68,7 +68,7 @@ def hicache_l3_guard(all_hostvars, hosts):
             why = ("not checked what " + ", ".join(f"{h} runs ({reason})" for h, reason in blind.items())
                    + ": a server not checked may write here; nothing is removed on this tier")
             hold.update(dict.fromkeys(tier.hosts, why))
-    return {"keep": sorted({*used, *runs}), "protect": sorted({p for p, _, _ in l3.protected(deployments)}), "hold": hold}
+    return {"keep": sorted({*used, *runs}), "protect": sorted({entry[0] for entry in l3.protected(deployments)}), "hold": hold}
 
 
 def hicache_l3_in_use(all_hostvars, hosts):

@@ -280,7 +280,7 @@ def refusal(path, name, keep, protect=(), min_age=0.0, hold=None, mounts=None, n
         return "the mount points of the host could not be read (/proc/self/mountinfo)"
     if os.path.ismount(target) or mounted_in(real, mounts):
         return "a mount point or holds one"
-    _, _, newest, errors, crossings = walk(target)
+    newest, errors, crossings = walk(target)[2:]
     if crossings:
         return "holds a mount point"
     if errors:

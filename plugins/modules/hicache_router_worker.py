@@ -31,7 +31,7 @@ description:
   - sglang-router 0.3.2 does not list a worker it cannot reach when it is added (the addition is retried until the worker answers), so
     O(state=present) waits until the worker is listed healthy; a listed worker that dies stays listed healthy until the periodic health
     check (C(--health-check-interval-secs), 60 s by default, 3 failures) says otherwise, so check the worker's own C(/health) too.
-    RV(worker.model_id) C(unknown) means the router could not read the worker's model.
+    A C(model_id) of C(unknown) in RV(worker) means the router could not read the worker's model.
   - In check mode only C(GET /workers) is sent; the result says what would change.
 options:
   router_url:
