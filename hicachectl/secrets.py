@@ -175,7 +175,7 @@ def looks_secret(key: str) -> bool:
 
 
 def check(d, out) -> None:
-    """The validate rule for secrets (registered by rules.py): env-file values that cannot be written, secret keys
+    """The validate rule for secrets (registered by hicachectl/rules/__init__.py): env-file values that cannot be written, secret keys
     that match nothing (a typo leaves the value in clear), and keys that look secret but are not marked."""
     keys = secret_keys(d)
     for name, value in container_secret_env(d).items():

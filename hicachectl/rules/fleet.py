@@ -1,0 +1,100 @@
+"""The fleet: what no single host shows (one machine twice, hosts sharing an L3 tier, servers behind routers)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from hicachectl.rules.findings import ERROR, WARNING, Finding
+from hicachectl.rules.output import compact_hosts
+
+
+def _machine(host: str, connection: Mapping[str, Any]) -> tuple[str, str]:
+    """Where Ansible reaches a host: (address, SSH port); every local connection is this machine."""
+    if str(connection.get("ansible_connection") or "") == "local":
+        return "this machine (ansible_connection: local)", ""
+    address = str(connection.get("ansible_host") or host).strip().lower().rstrip(".")
+    return address, str(connection.get("ansible_port") or 22)
+
+
+def check_fleet(hosts: Mapping[str, Mapping[str, Any]], connections: Mapping[str, Mapping[str, Any]] | None = None) -> list[Finding]:
+    """Findings across the hosts of one inventory, once per run: two inventory hosts Ansible reaches at the same
+    address and port are one machine, which would get the same unit, container, server port and deploy lock twice.
+
+    `hosts` maps each host to its variables; how it is reached (ansible_host, ansible_port, ansible_connection)
+    is read from `connections[host]` when given, else from the variables; a host without ansible_host is reached by its name.
+    """
+    machines: dict[tuple[str, str], list[str]] = {}
+    for host, variables in hosts.items():
+        connection = {k: v for k, v in variables.items() if k.startswith("ansible_")}
+        connection.update((connections or {}).get(host) or {})
+        machines.setdefault(_machine(host, connection), []).append(host)
+    findings = []
+    for (address, port), names in machines.items():
+        if len(names) < 2:
+            continue
+        where = address if not port else f"{address}, port {port}"
+        for host in names:
+            findings.append(Finding(
+                ERROR, host, "ansible_host", "duplicate-host",
+                f"{len(names)} hosts ({compact_hosts(names)}) are all reached at {where}: one machine, which would get the same unit, "
+                "container, server port and deploy lock twice.",
+                f"give each of {compact_hosts(names)} its own ansible_host (or ansible_port), or keep only one of them."))
+    return findings
+
+
+def check_shared_tiers(deployments: Mapping[str, Any]) -> list[Finding]:
+    """Hosts that share an L3 tier (hicache_l3_share) and one directory of it (the same namespace, or the namespace
+    off) read each other's pages. Two such servers whose page format differs in what SGLang's keys do not hold (KV
+    dtype, memory layout, the weights behind one served name: sglang#33268) would read each other's pages as their
+    own: refused. Hosts of one tier in different namespaces share nothing: a warning."""
+    from hicachectl import namespace
+
+    tiers: dict[str, list[str]] = {}
+    for host, d in deployments.items():
+        if d is not None and d.l3_share and d.storage_backend is not None:
+            tiers.setdefault(d.l3_share, []).append(host)
+    findings = []
+    for share, hosts in tiers.items():
+        directories: dict[str | None, list[str]] = {}
+        for host in hosts:
+            directories.setdefault(namespace.of(deployments[host]), []).append(host)
+        for name, together in directories.items():
+            first = deployments[together[0]]
+            for host in together[1:]:
+                clash = namespace.collisions(first, deployments[host])
+                if clash:
+                    where = f"namespace {name}" if name else "the tier itself (namespace off)"
+                    findings.append(Finding(
+                        ERROR, host, "hicache_l3_namespace", "l3-shared-format",
+                        f"writes into {where} on L3 tier {share} with {together[0]}, but their pages differ ({', '.join(clash)}) "
+                        "in what SGLang's keys do not hold: each would read the other's pages as its own.",
+                        "set hicache_l3_namespace: auto on the hosts of the tier (or make their page formats equal)."))
+        if len(directories) > 1:
+            names = ", ".join(f"{name or 'off'} ({compact_hosts(together)})" for name, together in directories.items())
+            for host in hosts:
+                findings.append(Finding(
+                    WARNING, host, "hicache_l3_share", "l3-share-split",
+                    f"the hosts of L3 tier {share} use {len(directories)} namespaces ({names}): pages are shared only within each.",
+                    "give the servers of one tier one page format (see `hicachectl validate` for what each namespace is derived from)."))
+    return findings
+
+
+def check_routed(deployments: Mapping[str, Any], routers: Iterable[str]) -> list[Finding]:
+    """With routers in the inventory, every restart drains the server first, reading its running and queued requests
+    on /metrics: a server without metrics could only be restarted blind (requests cut), so it is refused here."""
+    routers = list(routers)
+    if not routers:
+        return []
+    findings = [Finding(ERROR, host, "hicache_enable_metrics", "router-drain-metrics",
+                        f"is false, but the inventory has routers ({compact_hosts(routers)}): a restart takes the server out of them and "
+                        "waits for its running and queued requests on /metrics, which it would not serve.",
+                        "set hicache_enable_metrics: true.")
+                for host, d in deployments.items() if d is not None and not d.enable_metrics]
+    findings += [Finding(ERROR, host, "hicache_host", "router-reach",
+                         f"the server listens on {d.effective_host} (loopback), which the routers ({compact_hosts(routers)}) cannot reach at "
+                         "its default worker URL http://<ansible_host>:<port>.",
+                         "set hicache_host: 0.0.0.0 (or an address the routers reach), or hicache_worker_url for a router on the same machine.")
+                 for host, d in deployments.items()
+                 if d is not None and d.worker_url is None and d.effective_host in ("127.0.0.1", "localhost", "::1")]
+    return findings

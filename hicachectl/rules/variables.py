@@ -1,0 +1,164 @@
+"""Pass 1: the variables themselves, as the inventory gives them: unknown names, types, choices and domains,
+pasted and control characters, the required ones set."""
+
+from __future__ import annotations
+
+import difflib
+import unicodedata
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from hicachectl import schema
+from hicachectl.model import PREFIX
+from hicachectl.rules.findings import Finding, _Collector, has_errors
+
+_TYPE_WORDS = {"str": "a string", "int": "an integer", "float": "a number", "bool": "a boolean",
+               "list": "a list", "dict": "a mapping"}
+_SUSPECT_CHARS = {"\u00a0": "a non-breaking space (U+00A0)", "\u200b": "a zero-width space (U+200B)",
+                  "\u2013": "an en dash (U+2013)", "\u2014": "an em dash (U+2014)",
+                  "\u201c": "a curly quote (U+201C)", "\u201d": "a curly quote (U+201D)"}
+
+
+def _type_ok(kind: str, value: Any) -> bool:
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, {"str": str, "list": list, "dict": dict}[kind])
+
+
+def _char_name(char: str) -> str:
+    names = {"\n": "a line feed (\\n)", "\r": "a carriage return (\\r)", "\t": "a tab (\\t)", "\x00": "a NUL byte",
+             "\x1b": "an escape character (ESC)", "\u2028": "a line separator (U+2028)", "\u2029": "a paragraph separator (U+2029)"}
+    if char in names:
+        return names[char]
+    if unicodedata.category(char) == "Cf":
+        return f"an invisible format character (U+{ord(char):04X})"
+    return f"the control character U+{ord(char):04X}"
+
+
+def _control_characters(out, path: str, text: str) -> None:
+    found = [(i, c) for i, c in schema.refused_characters(text) if c not in _SUSPECT_CHARS]
+    if found:
+        i, char = found[0]
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        out.error(path, "control-character",
+                  f"contains {_char_name(char)} at position {i}{more}. The value is written into line-oriented files (systemd unit, "
+                  "env file, script, fstab, sysctl.d, modprobe.d, nfs.conf, limits.conf), where it would end a line and start one of "
+                  "its own, or hide what the value is.",
+                  "write the value on one line, without control or invisible characters.")
+
+
+def _shown(value: Any, secret: bool) -> str:
+    if secret:
+        return "the value"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _domain_text(dom) -> str:
+    if dom.choices and len(dom.choices) <= 16:
+        return f"{dom.text} (one of {', '.join(map(str, dom.choices))})"
+    return dom.text
+
+
+def _type_words(kinds: tuple[str, ...]) -> str:
+    return " or ".join(_TYPE_WORDS[k] for k in kinds)
+
+
+def _check_domain(out, path: str, dom, value: Any, secret: bool) -> None:
+    """Findings for a value outside its catalogue domain (schema.Domain), down into list items and mapping keys/values."""
+    if isinstance(value, list):
+        if len(value) < dom.min_items:
+            out.error(path, dom.rule, f"has {len(value)} item(s); it needs at least {dom.min_items}.", f"give {dom.text}, e.g. {dom.example!r}.")
+        for i, item in enumerate(value):
+            _check_member(out, f"{path}[{i}]", dom, item, secret)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            sub = f"{path}.{key}"
+            if dom.keys is not None:
+                if not isinstance(key, str):
+                    out.error(sub, "type", f"the key {key!r} is {type(key).__name__}; keys are text.", f"quote the key: '{key}'.")
+                    continue
+                problem = dom.keys.problem(key)
+                if problem:
+                    out.error(sub, dom.keys.rule, f"the key {key!r} {problem}: it must be {_domain_text(dom.keys)}.",
+                              f"rename it to {_domain_text(dom.keys)}, e.g. {dom.keys.example!r}.")
+            _check_member(out, sub, dom, item, secret)
+    else:
+        problem = dom.problem(value)
+        if problem:
+            out.error(path, dom.rule, f"{_shown(value, secret)} {problem}: it must be {_domain_text(dom)}.",
+                      f"use {_domain_text(dom)}, e.g. {dom.example!r}.")
+
+
+def _check_member(out, path: str, dom, item: Any, secret: bool) -> None:
+    if dom.item_types and (item is None or not any(_type_ok(k, item) for k in dom.item_types)):
+        out.error(path, "type", f"is {type(item).__name__} {_shown(item, secret)}; it must be {_type_words(dom.item_types)}.",
+                  f"give {_type_words(dom.item_types)}, e.g. {(dom.items.example if dom.items else dom.example)!r}.")
+    elif dom.items is not None:
+        _check_domain(out, path, dom.items, item, secret)
+
+
+def _check_host_name(host: str) -> list[Finding]:
+    """The inventory's host name is written into the header of every script; it must be one line too."""
+    out = _Collector(host.encode("unicode_escape").decode() if schema.refused_characters(host) else host)
+    _control_characters(out, "inventory_hostname", host)
+    return out.findings
+
+
+def _strings(value: Any, path: str) -> Iterable[tuple[str, str]]:
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(k, f"{path}.{k}")
+            yield from _strings(v, f"{path}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _strings(v, f"{path}[{i}]")
+
+
+def check_variables(host: str, raw: Mapping[str, Any], scope: set[str] | None = None) -> list[Finding]:
+    """Types, choices and domains of every hicache_* value; the required ones (within `scope`, if given) set."""
+    out = _Collector(host)
+    for name, value in raw.items():
+        if not name.startswith(PREFIX):
+            continue
+        var = schema.BY_NAME.get(name)
+        if var is None:
+            close = difflib.get_close_matches(name, schema.BY_NAME, n=1)
+            out.error(name, "unknown-variable", "is not a hicache-deploy variable, so it would be ignored.",
+                      f"rename it to {close[0]}." if close else "remove it, or see the README's variable list.")
+            continue
+        if value is None:
+            continue
+        before = len(out.findings)
+        if not _type_ok(var.type, value):
+            hint = ""
+            if var.type in ("bool", "int", "float") and isinstance(value, str):
+                hint = " Write it without quotes."
+            elif var.type == "str" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                hint = f" Quote it: '{value}'."
+            out.error(name, "type", f"is {type(value).__name__} {value!r}, expected {_TYPE_WORDS[var.type]}.",
+                      f"give {_TYPE_WORDS[var.type]}.{hint}")
+            continue
+        if var.choices and value not in var.choices:
+            close = difflib.get_close_matches(str(value), [str(c) for c in var.choices], n=1)
+            out.error(name, "choice", f"{value!r} is not one of {', '.join(map(str, var.choices))}.",
+                      f"use {close[0]!r}." if close else f"use one of {', '.join(map(str, var.choices))}.")
+        for path, text in _strings(value, name):
+            for char, what in _SUSPECT_CHARS.items():
+                if char in text:
+                    out.error(path, "pasted-character",
+                              f"contains {what}, usually copied from a web page; shells and parsers do not treat it as the character it looks like.",
+                              "retype the value with plain ASCII spaces, dashes and quotes.")
+            _control_characters(out, path, text)
+        if var.domain is not None and not has_errors(out.findings[before:]):
+            _check_domain(out, name, var.domain, value, getattr(var, "secret", False))
+    for var in schema.VARIABLES:
+        if var.required and raw.get(var.name) is None and (scope is None or var.name in scope):
+            out.error(var.name, "required", "is not set.", f"set {var.name} ({var.doc})")
+    return out.findings
