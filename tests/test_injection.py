@@ -64,8 +64,12 @@ def placements(name: str, text: str, base: dict) -> list:
     return [{**kept, DICT_KEY[name]: text}, {**kept, text: "1"}]
 
 
-# A well-formed image reference without a version tag is refused on the variable that version would come from.
-RELATED = {"hicache_image": ("hicache_sglang_version",)}
+# A well-formed image reference without a version tag is refused on the variable that version would come from; a
+# valid choice that contradicts the seed's other variables (runtime none with a container directory, 1 GPU for TP 8)
+# is refused on the variable it contradicts, whose fix says what to change.
+RELATED = {"hicache_image": ("hicache_sglang_version",),
+           "hicache_container_runtime": ("hicache_cache_container_dir", "hicache_model_dir", "hicache_image_digest", "hicache_image_mirror"),
+           "hicache_container_gpus": ("hicache_tp_size",)}
 
 
 def _names(name: str, finding: rules.Finding) -> bool:
