@@ -1,5 +1,5 @@
 """`hicachectl l3`: the namespaces on each L3 tier, and `--prune` (hicachectl/l3.py decides, playbooks/l3.yml reads
-and removes). Registered on hicachectl.cli's app at the end of this module (cli.py imports it last).
+and removes). hicachectl/cli.py registers it; the inventory is guarded as every command's (hicachectl.cli_common).
 
 Each tier is read on one of its hosts (the first of --limit's that can be reached). `--prune` also reads, on every
 server of the inventory, what it runs (deployed.json), lists what it would remove and removes nothing; `--prune
@@ -14,10 +14,11 @@ import time
 
 import typer
 
-from hicachectl import cli as base
+from hicachectl import cli_common as common
 
 
-def l3(inventory: str = base.InventoryOpt, limit: str | None = base.LimitOpt, json: bool = base.JsonOpt,
+@common.with_vault
+def l3(inventory: str = common.InventoryOpt, limit: str | None = common.LimitOpt, json: bool = common.JsonOpt,
        prune: bool = typer.Option(False, "--prune", help="Also name the unused namespaces --yes would remove: of the form auto "
                                                          "derives, used by no server of the inventory (whatever --limit) "
                                                          "and run by none (each server's deployed.json is read); a dry run unless --yes."),
@@ -41,32 +42,27 @@ def l3(inventory: str = base.InventoryOpt, limit: str | None = base.LimitOpt, js
     """
     from hicachectl import inventory as inventories
     from hicachectl import l3 as core
-    from hicachectl import report, rules, runner
+    from hicachectl import runner
 
     if yes and not prune:
-        raise base._usage("--yes goes with --prune (it confirms the removal).")
+        raise common.usage("--yes goes with --prune (it confirms the removal).")
     if min_age < 0:
-        raise base._usage(f"--min-age {min_age:g}: hours, 0 or more.")
+        raise common.usage(f"--min-age {min_age:g}: hours, 0 or more.")
     # Every server of the inventory, whatever --limit: the namespaces in use and the tiers' members.
-    inv, deployments, findings = base._check(inventory, None)
+    inv, deployments, findings = common.check(inventory, None)
     limited = list(deployments)
     if limit:
         try:
             limited = list(inventories.load(inventory, limit).hosts)
         except inventories.InventoryError as exc:  # the whole inventory loaded: the pattern is what is wrong
-            raise base._usage(f"--limit {limit!r} matches no server of inventory {inv.name}: {exc}") from exc
+            raise common.usage(f"--limit {limit!r} matches no server of inventory {inv.name}: {exc}") from exc
         if not limited:
-            raise base._usage(f"--limit {limit!r} matches no server of inventory {inv.name} (only router hosts: "
-                              "a router has no L3 tier).")
-    wanted = [f for f in findings if f.host in limited or f.host not in deployments]
-    if rules.has_errors(wanted):
-        base._print_findings(inv, findings)
-        base._say("invalid inventory: no host was contacted.")
-        raise typer.Exit(base.EXIT_INVALID)
-    if prune and rules.has_errors(findings):
-        base._print_findings(inv, findings)
-        base._say("cannot tell which namespaces the hosts with errors use: nothing is pruned until the whole inventory is valid.")
-        raise typer.Exit(base.EXIT_INVALID)
+            raise common.usage(f"--limit {limit!r} matches no server of inventory {inv.name} (only router hosts: "
+                               "a router has no L3 tier).")
+    # Refused for an error on a host it reads (--limit's, or one across hosts); --prune needs every host valid.
+    common.refuse_invalid(inv, findings, common.NOTHING_CONTACTED, judged=[f for f in findings if f.host in limited or f.host not in deployments])
+    if prune:
+        common.refuse_invalid(inv, findings, "cannot tell which namespaces the hosts with errors use: nothing is pruned until the whole inventory is valid.")
     used = core.in_use(deployments)
     paths = core.protected(deployments)
     tiers, left_out = core.tiers(deployments)
@@ -86,7 +82,7 @@ def l3(inventory: str = base.InventoryOpt, limit: str | None = base.LimitOpt, js
     removal = {host: names for host, names in removal.items() if names}
     outcome: dict[str, dict] = {}
     if prune and yes and removal:
-        base._say(f"removing {sum(map(len, removal.values()))} unused namespace(s) on {len(removal)} tier(s)")
+        common.say(f"removing {sum(map(len, removal.values()))} unused namespace(s) on {len(removal)} tier(s)")
         # Every server again: the playbook reads what each runs and keeps it, or holds a tier with a server not checked.
         result = runner.run_playbook("l3.yml", inv.path, limit=",".join(deployments), hosts=list(deployments),
                                      extravars={"__hicache_l3_prune": removal, "__hicache_l3_keep": sorted({*used, *runs}),
@@ -96,74 +92,74 @@ def l3(inventory: str = base.InventoryOpt, limit: str | None = base.LimitOpt, js
             tier = by_host[host]
             fact = result.hosts[host].facts.get("hicache_l3_report") or {}
             if "entries" not in fact:
-                outcome[tier.name] = {"prune_error": _why(result.hosts[host]), "removed": [], "refused": [], "removal_errors": []}
+                outcome[tier.name] = {"prune_error": common.why_failed(result.hosts[host]), "removed": [], "refused": [], "removal_errors": []}
                 continue
             outcome[tier.name] = {k: fact.get(k) or [] for k in ("removed", "refused", "removal_errors")}
             reports[tier.name] = (host, fact, None)
             decided[tier.name] = decide(tier, fact)
 
-    code = base.EXIT_OK
+    code = common.EXIT_OK
     payload = []
     for tier in tiers:
         host, listing, error = reports[tier.name]
         entry = {**tier.as_dict(), "read_on": host, "error": error, "path": (listing or {}).get("path"),
                  "exists": (listing or {}).get("exists"), "namespaces": [r.as_dict() for r in decided.get(tier.name, [])]}
         if listing is None:
-            code = base.EXIT_INVALID
+            code = common.EXIT_INVALID
         if prune:
             entry["not_checked"] = {h: unknown[h] for h in tier.hosts if h in unknown}
             if entry["not_checked"]:  # a server not checked: nothing is pruned on its tier, and the run is not clean
-                code = base.EXIT_INVALID
+                code = common.EXIT_INVALID
             done = outcome.get(tier.name)
             if not yes:
                 entry["would_remove"] = removal.get(host, []) if listing is not None else []
             if done is not None:
                 entry.update(done)
                 if done.get("prune_error") or done["removal_errors"]:
-                    code = base.EXIT_INVALID
+                    code = common.EXIT_INVALID
         payload.append(entry)
-    if json:
-        report.emit_json({"inventory": inv.name, "prune": prune, "dry_run": prune and not yes, "exit_code": code,
-                          "min_age_hours": min_age, "in_use": used, "running": runs, "not_checked": unknown,
-                          "left_out": left_out, "tiers": payload})
-        raise typer.Exit(code)
+    common.finish(code, json, {"inventory": inv.name, "prune": prune, "dry_run": prune and not yes, "exit_code": code,
+                               "min_age_hours": min_age, "in_use": used, "running": runs, "not_checked": unknown,
+                               "left_out": left_out, "tiers": payload},
+                  _lines(tiers, payload, decided, left_out, prune=prune, yes=yes, ok=code == common.EXIT_OK))
+
+
+def _lines(tiers, payload, decided, left_out, *, prune: bool, yes: bool, ok: bool):
+    """l3's text: each tier's namespaces (a table), what --prune did or would do there, the servers left out."""
+    from hicachectl import l3 as core
+    from hicachectl import report
+
     for tier, entry in zip(tiers, payload, strict=True):
         who = f"shared by {', '.join(tier.hosts)}" if tier.shared else "its own"
         if entry["error"]:
-            typer.echo(f"tier {tier.name} ({who}): NOT READ: {entry['error']}")
+            yield f"tier {tier.name} ({who}): NOT READ: {entry['error']}"
             continue
-        typer.echo(f"tier {tier.name} ({who}): {entry['path']}, read on {entry['read_on']}")
+        yield f"tier {tier.name} ({who}): {entry['path']}, read on {entry['read_on']}"
         if not entry["exists"]:
-            typer.echo("  the directory does not exist yet (no page written)")
+            yield "  the directory does not exist yet (no page written)"
         elif not decided[tier.name]:
-            typer.echo("  empty")
+            yield "  empty"
         else:
-            typer.echo(report.table(core.HEADERS, [r.cells() for r in decided[tier.name]]))
+            yield report.table(core.HEADERS, [r.cells() for r in decided[tier.name]])
         for name, why in entry.get("not_checked", {}).items():
-            typer.echo(f"  nothing is pruned on this tier: not checked what {name} runs ({why})")
+            yield f"  nothing is pruned on this tier: not checked what {name} runs ({why})"
         for name in entry.get("removed", []):
-            typer.echo(f"  removed {name}")
+            yield f"  removed {name}"
         for item in entry.get("refused", []):
-            typer.echo(f"  kept {item['name']}: {item['reason']}")
+            yield f"  kept {item['name']}: {item['reason']}"
         for item in entry.get("removal_errors", []):
-            typer.echo(f"  FAILED to remove {item['name']}: {item['reason']}")
+            yield f"  FAILED to remove {item['name']}: {item['reason']}"
         if entry.get("prune_error"):
-            typer.echo(f"  removal NOT RUN: {entry['prune_error']}")
+            yield f"  removal NOT RUN: {entry['prune_error']}"
         for name in entry.get("would_remove", []):
-            typer.echo(f"  would remove {name}")
+            yield f"  would remove {name}"
     for host, why in left_out.items():
-        typer.echo(f"{host}: not listed: {why}")
+        yield f"{host}: not listed: {why}"
     if prune and not yes:
         count = sum(len(e.get("would_remove", [])) for e in payload)
-        typer.echo(f"dry run: {count} unused namespace(s) would be removed; nothing was removed" + ("; add --yes to remove them." if count else "."))
+        yield f"dry run: {count} unused namespace(s) would be removed; nothing was removed" + ("; add --yes to remove them." if count else ".")
     elif prune:
-        typer.echo(f"removed {sum(len(e.get('removed', [])) for e in payload)} namespace(s)."
-                   if code == base.EXIT_OK else "prune: FAILED (see above).")
-    raise typer.Exit(code)
-
-
-def _why(host_result) -> str:
-    return "; ".join(host_result.reasons) or host_result.status
+        yield f"removed {sum(len(e.get('removed', [])) for e in payload)} namespace(s)." if ok else "prune: FAILED (see above)."
 
 
 def _read(inv, tiers, limited, servers=None) -> tuple[dict, dict]:
@@ -180,14 +176,14 @@ def _read(inv, tiers, limited, servers=None) -> tuple[dict, dict]:
     while any(candidates.values()):
         batch = {name: hosts.pop(0) for name, hosts in candidates.items() if hosts}
         if first and servers:
-            base._say(f"reading what {len(servers)} server(s) run, and {len(batch)} tier(s) on {', '.join(batch.values())}")
+            common.say(f"reading what {len(servers)} server(s) run, and {len(batch)} tier(s) on {', '.join(batch.values())}")
             result = runner.run_playbook("l3.yml", inv.path, limit=",".join(servers), hosts=list(servers),
                                          extravars={"__hicache_l3_running": True, "__hicache_l3_readers": list(batch.values())})
             for host in servers:
                 running = (result.hosts[host].facts.get("hicache_l3_report") or {}).get("running")
-                states[host] = running if running is not None else f"not read: {_why(result.hosts[host])}"
+                states[host] = running if running is not None else f"not read: {common.why_failed(result.hosts[host])}"
         else:
-            base._say(f"reading {len(batch)} tier(s) on {', '.join(batch.values())}")
+            common.say(f"reading {len(batch)} tier(s) on {', '.join(batch.values())}")
             result = runner.run_playbook("l3.yml", inv.path, limit=",".join(batch.values()), hosts=list(batch.values()))
         first = False
         for name, host in batch.items():
@@ -196,7 +192,7 @@ def _read(inv, tiers, limited, servers=None) -> tuple[dict, dict]:
                 out[name] = (host, fact, None)
                 candidates[name] = []
             else:
-                tried[name].append(f"{host}: {_why(result.hosts[host])}")
+                tried[name].append(f"{host}: {common.why_failed(result.hosts[host])}")
                 out[name] = (None, None, "; ".join(tried[name]))
     return out, states
 
@@ -206,5 +202,3 @@ def _order(tier, limited) -> list[str]:
 
     return core.reader_order(tier, limited)
 
-
-base.app.command(name="l3")(base._with_vault(l3))

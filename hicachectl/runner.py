@@ -28,12 +28,28 @@ class Change:
 
 @dataclasses.dataclass
 class Record:
-    """One task's word about a host: a gap (asked for, not done, tolerated), a skip (not asked for), a failure."""
+    """One task's word about a host: a gap (asked for, not done, tolerated), a skip (not asked for), a failure
+    (`item`: the loop item that failed, e.g. which router)."""
     task: str
     reason: str
+    item: str | None = None
 
     def __str__(self) -> str:
-        return f"{self.task}: {self.reason}"
+        return f"{self.task} ({self.item}): {self.reason}" if self.item else f"{self.task}: {self.reason}"
+
+    def as_dict(self) -> dict[str, str]:
+        # No "item" where there is none: gaps and skips keep the JSON shape they always had.
+        return {"task": self.task, "reason": self.reason} | ({"item": self.item} if self.item else {})
+
+
+@dataclasses.dataclass
+class Note:
+    """What a task told the operator about a host (hicache_note), or what hicachectl did for it (a lock released)."""
+    task: str
+    text: str
+
+    def __str__(self) -> str:
+        return self.text  # the operator reads the note alone, as it always was shown
 
 
 # A host's outcome, worst first. "degraded": it ran, with gaps its inventory tolerates (hicache_strict: false);
@@ -52,12 +68,17 @@ class HostResult:
     unreachable: bool = False
     interrupted: bool = False
     reached: bool = False  # an event of the run's last play named the host
-    reasons: list[str] = dataclasses.field(default_factory=list)
+    failures: list[Record] = dataclasses.field(default_factory=list)  # a failed task, or "unreachable"
     changes: list[Change] = dataclasses.field(default_factory=list)
     gaps: list[Record] = dataclasses.field(default_factory=list)
     skips: list[Record] = dataclasses.field(default_factory=list)
     facts: dict[str, Any] = dataclasses.field(default_factory=dict)  # what set_fact / modules returned as ansible_facts
-    notes: list[str] = dataclasses.field(default_factory=list)  # what hicache_note told the operator
+    notes: list[Note] = dataclasses.field(default_factory=list)
+
+    @property
+    def reasons(self) -> list[str]:
+        """The failures as text, one "task: reason" each (what --json has always called "reasons")."""
+        return [str(f) for f in self.failures]
 
     @property
     def status(self) -> str:
@@ -78,8 +99,15 @@ class HostResult:
         return self.status in GOOD
 
     def as_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
+        """The host for --json: the keys it has always had, where they were ("reasons" and "notes" as text, gaps and
+        skips without an "item"), then the records behind the text ("failures", "note_records")."""
+        out = {("reasons" if name == "failures" else name): value for name, value in dataclasses.asdict(self).items()}
+        out["reasons"] = self.reasons
+        out["gaps"], out["skips"] = [r.as_dict() for r in self.gaps], [r.as_dict() for r in self.skips]
+        out["notes"] = [note.text for note in self.notes]
         out["status"] = self.status
+        out["failures"] = [r.as_dict() for r in self.failures]
+        out["note_records"] = [dataclasses.asdict(note) for note in self.notes]
         return out
 
 
@@ -155,24 +183,24 @@ class _Collector:
             timer.start()
         elif host_name and kind in ("runner_on_ok", "runner_item_on_ok"):
             if res.get("hicache_note"):
-                self.host(host_name).notes.append(str(res["hicache_note"]))
+                self.host(host_name).notes.append(Note(task, str(res["hicache_note"])))
             for gap in res.get("hicache_gaps") or []:
                 self.host(host_name).gaps.append(Record(task, str(gap)))
             if isinstance(res.get("ansible_facts"), dict):
                 self.host(host_name).facts.update(res["ansible_facts"])
             if res.get("changed") and "results" not in res:
-                self.host(host_name).changes.append(Change(task, _item_label(res) if kind == "runner_item_on_ok" else None, _diffs(res)))
+                self.host(host_name).changes.extend(_changes(task, res, kind))
             long_step = str(data.get("task_action", "")).endswith(LONG_ACTIONS)
             self._tell(host_name, task, "changed" if res.get("changed") else ("done" if long_step else "ok"))
         elif host_name and kind in ("runner_on_failed", "runner_item_on_failed") and not data.get("ignore_errors"):
-            reasons = self.host(host_name).reasons
+            failures = self.host(host_name).failures
             message = _message(res)
             label = _item_label(res) if kind == "runner_item_on_failed" else None  # which loop item: e.g. which router
-            if not any(r.endswith(f": {message}") for r in reasons):  # a rescue that re-raises repeats the cause
-                reasons.append(f"{task} ({label}): {message}" if label else f"{task}: {message}")
+            if not any(f.reason == message for f in failures):  # a rescue that re-raises repeats the cause
+                failures.append(Record(task, message, label))
             self._tell(host_name, task, "failed")
         elif host_name and kind == "runner_on_unreachable":
-            self.host(host_name).reasons.append(f"unreachable: {_message(res)}")
+            self.host(host_name).failures.append(Record("unreachable", _message(res)))
             self._tell(host_name, task, "unreachable")
         return True
 
@@ -186,6 +214,17 @@ class _Collector:
                 setattr(self.host(host), attr, count)
         for host in data.get("dark") or {}:
             self.host(host).unreachable = True
+
+
+def _changes(task: str, res: dict[str, Any], kind: str) -> list[Change]:
+    """What one changed result changed: a loop item, or each item a module names (hicache_files' changed_items,
+    several files written in one step), or the task itself."""
+    if kind == "runner_item_on_ok":
+        return [Change(task, _item_label(res), _diffs(res))]
+    items = res.get("changed_items") or []
+    if items:
+        return [Change(task, str(item), [d for d in _diffs(res) if str(d.get("after_header", "")).endswith(f"/{item}")]) for item in items]
+    return [Change(task, None, _diffs(res))]
 
 
 def _diffs(res: dict[str, Any]) -> list[dict[str, Any]]:

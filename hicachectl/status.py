@@ -12,6 +12,9 @@ from typing import Any
 from hicachectl import verify
 
 CURRENT, PENDING, OTHER, NONE = "current", "pending restart", "not the inventory's", "not deployed"
+# status's exit codes (hicachectl.cli.CHECK_EXIT_CODES): every server fine; one is not; one could not be read.
+EXIT_OK, EXIT_NOT_FINE, EXIT_NOT_READ = 0, 1, 2
+HEADERS = ("host", "unit", "since", "image", "config", "health", "problem")
 
 
 def config_state(deployed: Mapping[str, Any], installed: Mapping[str, Any], wanted: str) -> str:
@@ -47,3 +50,35 @@ def judge(d, state: Mapping[str, Any]) -> dict[str, Any]:
     if drift:
         problems.append("the server runs " + ", ".join(drift))
     return {"ok": not problems, "config": config, "healthy": health == 200, "unit": unit, "problems": problems}
+
+
+def judge_hosts(deployments: Mapping[str, Any], states: Mapping[str, Mapping[str, Any]], unread: Mapping[str, str]) -> dict[str, Any]:
+    """Every server's verdict, by host name: `states` what status.yml read on the hosts it could read, `unread` why
+    each other host could not be read. {"exit_code": 2 when a host could not be read, else 1 when a server is not
+    fine, else 0; "hosts": each host's --json entry; "rows": the table under HEADERS}."""
+    hosts, rows = {}, []
+    for host in sorted(deployments):
+        if host not in states:
+            reason = unread[host]
+            hosts[host] = {"ok": False, "error": reason}
+            rows.append([host, "?", "", "", "", "", reason])
+            continue
+        state = states[host]
+        verdict = judge(deployments[host], state)
+        hosts[host] = {**state, **verdict, "current": verdict["config"] == CURRENT}
+        rows.append(_row(host, state, verdict))
+    if any(host not in states for host in hosts):
+        code = EXIT_NOT_READ
+    else:
+        code = EXIT_OK if all(entry["ok"] for entry in hosts.values()) else EXIT_NOT_FINE
+    return {"exit_code": code, "hosts": hosts, "rows": rows}
+
+
+def _row(host: str, state: Mapping[str, Any], verdict: Mapping[str, Any]) -> list[str]:
+    problems = "; ".join(verdict["problems"])
+    if verdict["config"] == NONE:
+        return [host, "not deployed", "", "", "", "", problems]
+    deployed = state["deployed"] or {}
+    health = "ok" if verdict["healthy"] else ("down" if int(state["health"] or -1) <= 0 else str(state["health"]))
+    return [host, state["unit"], state["since"], deployed.get("image", "-"), f"{deployed.get('config_hash') or '-'} ({verdict['config']})",
+            health, problems]

@@ -1,0 +1,113 @@
+"""The commands that change hosts: deploy, upgrade, rollback, restart. Each is one playbook run (`run_and_report`,
+which `plan` uses too, in check mode): the inventory guarded, the run named in the hosts' deploy locks, the locks
+a cut-short run left released, the run reported (hicachectl.cli_common.report_run)."""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+import typer
+
+from hicachectl import cli_common as common
+
+CheckOpt = typer.Option(False, "--check", help="Dry run.")
+
+
+def _verb(check: bool) -> str:
+    return "would change" if check else "changed"
+
+
+@common.with_vault
+def deploy(inventory: str = common.InventoryOpt, limit: str | None = common.LimitOpt, json: bool = common.JsonOpt,
+           check: bool = typer.Option(False, "--check", help="Dry run, as `plan`."),
+           diff: bool = typer.Option(False, "--diff/--no-diff", help="Show the content of each change.")) -> None:
+    """Validate, then bring every host to the inventory's state. A failed host does not stop the others."""
+    run_and_report("site.yml", inventory, limit, json, check=check, show_diff=diff or check, verb=_verb(check))
+
+
+@common.with_vault
+def upgrade(image: str = typer.Option(..., "--image", help="The new image, pinned by tag or digest."),
+            inventory: str = common.InventoryOpt, limit: str | None = common.LimitOpt, json: bool = common.JsonOpt,
+            check: bool = CheckOpt) -> None:
+    """Roll a new image out in batches (hicache_serial, default 1 host); a batch that does not become
+    healthy is rolled back to its previous config and image, and the rollout stops there."""
+    run_and_report("site.yml", inventory, limit, json, check=check, show_diff=check, verb=_verb(check),
+                   extravars={"hicache_image": image}, rolling=True)
+
+
+@common.with_vault
+def restart(inventory: str = common.InventoryOpt, limit: str | None = common.LimitOpt, json: bool = common.JsonOpt,
+            check: bool = CheckOpt) -> None:
+    """Restart the servers in batches (hicache_serial, default 1 host), each waited for on /health."""
+    run_and_report("restart.yml", inventory, limit, json, check=check, show_diff=False, verb=_verb(check), rolling=True)
+
+
+@common.with_vault
+def rollback(inventory: str = common.InventoryOpt, limit: str | None = common.LimitOpt, json: bool = common.JsonOpt,
+             check: bool = CheckOpt) -> None:
+    """Put each host's previous config (and image) back, restart, and wait for /health."""
+    run_and_report("rollback.yml", inventory, limit, json, check=check, show_diff=check, verb=_verb(check), rolling=True)
+
+
+def play_vars(deployments: dict, rolling: bool, extravars: dict | None = None) -> dict:
+    """Batch size and failure tolerance for the play (play keywords cannot read inventory variables)."""
+    extravars = dict(extravars or {})
+    if deployments and all(d is not None for d in deployments.values()):
+        first = next(iter(deployments.values()))
+        extravars.setdefault("hicache_serial", 1 if rolling and not first.serial else first.serial)
+        extravars.setdefault("hicache_max_fail_percentage", 0 if rolling else first.max_fail_percentage)
+    return extravars
+
+
+def new_run_id() -> str:
+    """Names the run in the hosts' locks; chosen here so the CLI can release them after an interrupted run."""
+    import datetime
+    import secrets
+
+    return f"{datetime.datetime.now(datetime.UTC):%Y%m%dT%H%M%S}-{secrets.token_hex(4)}"
+
+
+# The task a note of the lock release is filed under: hicachectl's own step after the run (unlock.yml).
+RELEASE_TASK = "release the deploy lock"
+
+
+def release_locks_after(result, inv, run_id: str) -> None:
+    """A run cut short, or a host that failed or was never reached (a stopped rollout), may keep this run's
+    lock: release them (only this run's), or name them (a note on the host)."""
+    from hicachectl import runner
+
+    held = sorted(result.hosts) if result.interrupted else sorted(h for h, r in result.hosts.items() if not r.good)
+    if not held:
+        return
+    released = runner.run_playbook("unlock.yml", inv.path, limit=",".join(held), hosts=held, extravars={"__hicache_run_id": run_id})
+    for host in held:
+        outcome = released.hosts[host]
+        if outcome.good:
+            text = f"released the deploy lock of run {run_id} (if it held one)"
+        else:
+            text = (f"the deploy lock of run {run_id} may still be held on this host (/run/hicache-deploy.lock): could not "
+                    f"release it: {common.why_failed(outcome)}. Remove that file once no run uses the host.")
+        result.hosts[host].notes.append(runner.Note(RELEASE_TASK, text))
+
+
+def run_and_report(playbook: str, inventory: str, limit: str | None, json: bool, *, check: bool, show_diff: bool, verb: str,
+                   extravars: dict | None = None, rolling: bool = False) -> NoReturn:
+    """Guard the inventory, run `playbook` on its hosts (its routers too for site.yml), release what a cut-short
+    run left locked, report."""
+    from hicachectl import runner, secrets
+
+    inv, deployments = common.guard(inventory, limit, common.NOTHING_CONTACTED, extravars)
+    # diffs (an old start.sh's), notes and reasons show them as ********; a router's too (its index URL)
+    hidden = secrets.all_values([*deployments.values(), *getattr(inv, "routers", {}).values()])
+    # site.yml ends with the routers' play; the other playbooks run on servers only
+    routers = list(inv.routers) if playbook == "site.yml" else []
+    routers_said = f" and {len(routers)} router(s)" if routers else ""
+    common.say(f"{'checking' if check else 'running'} {playbook} on {len(deployments)} host(s){routers_said} of {inv.name}")
+    run_id = new_run_id()
+    # With routers a change rolls one server at a time by default (hicache_serial 0 would take every server out of
+    # the routers at once): the others serve meanwhile.
+    extravars = play_vars(deployments, rolling or bool(getattr(inv, "routers", {})), {**(extravars or {}), "__hicache_run_id": run_id})
+    result = runner.run_playbook(playbook, inv.path, limit=limit, check=check, diff=show_diff or check, progress=common.progress,
+                                 extravars=extravars, hosts=[*deployments, *routers], routers=routers)
+    release_locks_after(result, inv, run_id)
+    common.report_run(inv, result, json=json, check=check, verb=verb, show_diff=show_diff, hidden=hidden)
