@@ -90,7 +90,8 @@ def test_the_playbooks_run_by_fqcn(installed):
 
 @pytest.mark.parametrize("plugin, kind", [("hicache_lock", "module"), ("hicache_gap", "module"), ("hicache_vars", "lookup"),
                                           ("hicache_skips", "callback"), ("hicache_l3_namespaces", "module"),
-                                          ("hicache_router_worker", "module")])
+                                          ("hicache_router_worker", "module"), ("hicache_files", "module"),
+                                          ("hicache_preload", "callback")])
 def test_ansible_doc_documents_the_plugins(installed, plugin, kind):
     doc = _run([BIN / "ansible-doc", "-t", kind, f"hicache.deploy.{plugin}"], installed["tmp"], installed["env"]).stdout
     assert plugin in doc

@@ -183,7 +183,12 @@ def test_the_role_never_logs_diffs_or_backs_up_secret_files():
     tasks = yaml.safe_load((ROOT / "roles/sglang_server/tasks/config.yml").read_text())[0]["block"]
     public = next(t for t in tasks if t["name"] == "Install start.sh, run.sh, serve.sh and the backend config")
     secret = next(t for t in tasks if t["name"] == "Install the files holding secrets")
-    assert "rejectattr('secret')" in public["loop"] and "selectattr('secret')" in secret["loop"]
+    # The public files (written and diffed in one step) are the core's public_files: never a file holding a secret.
+    assert public["hicache.deploy.hicache_files"]["files"] == "{{ __hicache_server_rendered.public_files }}"
+    rendered = _filter_module().hicache_files(SECRET_VARS, "gpu-a")
+    assert {f["label"] for f in rendered["public_files"]} == {f["name"] for f in rendered["files"] if not f["secret"]}
+    assert_no_secret(json.dumps(rendered["public_files"]), "public_files")
+    assert "selectattr('secret')" in secret["loop"]
     assert secret["no_log"] is True and secret["diff"] is False and secret["ansible.builtin.copy"]["backup"] is False
     assert "hicache_secret_file" in secret["ansible.builtin.copy"]["content"]
     service = (ROOT / "roles/sglang_server/tasks/service.yml").read_text()

@@ -3,7 +3,8 @@
 Under `strict` (hicache_strict, the default) the task fails with the reason. Otherwise the inventory
 tolerates the gap: the task reports ok without a change, the reason travels in `hicache_gaps` (hicachectl
 shows the host as *degraded*, never ok) and as a warning (plain ansible-playbook shows it). A gap is never a
-skip: skipped means "not asked for".
+skip: skipped means "not asked for". With `tolerated: false` the host could have done it and did not: the
+task fails whatever `strict` says, so one task covers both cases of a check.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ class ActionModule(ActionBase):
             return {"failed": True, "msg": "hicache_gap needs a reason"}
         if "strict" not in self._task.args:
             return {"failed": True, "msg": "hicache_gap needs strict: the inventory's hicache_strict"}
+        if not boolean(self._task.args.get("tolerated", True), strict=False):  # the host could and did not: not a gap
+            return {"failed": True, "changed": False, "msg": reason}
         if boolean(self._task.args["strict"], strict=False):
             return {"failed": True, "changed": False, "msg": reason, "hicache_gaps": [reason]}
         return {"changed": False, "msg": reason, "hicache_gaps": [reason], "warnings": [f"degraded (hicache_strict is false): {reason}"]}

@@ -6,12 +6,10 @@ ansible-core); the collection carries none of it. Without it every filter fails 
 
 from __future__ import annotations
 
-import json
-
 from ansible.errors import AnsibleFilterError
 
 try:
-    from hicachectl import hoststate, image, launch, limits, metrics, nic, preflight, render, rules, schema, secrets, storage, verify
+    from hicachectl import hoststate, launch, limits, metrics, plans, preflight, render, rules, schema, secrets, verify
     from hicachectl.inventory import ROUTERS, plain
     from hicachectl.model import PREFIX
 except ImportError as error:  # pragma: no cover - exercised by ansible-test's import sanity test
@@ -69,32 +67,28 @@ def hicache_fleet_findings(all_hostvars, hosts):
     return findings + [dict(f.as_dict(), text=f.format()) for f in fleet]
 
 
-def hicache_files(hostvars, host, uring_fallback=False):
-    """The host's config directory and the files it holds; refuses invalid variables. With
-    uring_fallback, NIXL's POSIX plugin runs on POSIX AIO (this host cannot create io_uring backends)."""
+def hicache_files(hostvars, host, uring_fallback=False, facts=None):
+    """The sglang_server role's plan (hicachectl/plans.py ServerPlan): the config directory and the files it holds;
+    refuses invalid variables. With uring_fallback, NIXL's POSIX plugin runs on POSIX AIO (this host cannot create
+    io_uring backends); with the host facts, also why no server can run here (`cannot_run`)."""
     deployment = _deployment(hostvars, host, role="sglang_server")
-    uses_uring = launch.uses_uring(deployment)
-    if uring_fallback and uses_uring:
-        deployment = launch.uring_fallback(deployment)
-    files = render.files(deployment)
-    unit = next(f for f in files if f.name == render.unit_name(deployment))
-    return {
-        "cfg_dir": deployment.cfg_dir,
-        "previous_dir": deployment.cfg_dir.rstrip("/") + ".previous",
-        "deployed": json.loads(next(f.content for f in files if f.name == render.INSTALLED)),
-        "deployed_name": render.DEPLOYED,
-        # A file holding secrets carries its masked text here (this fact is shown at -v and in every event);
-        # the task installing it reads the real text through hicache_secret_file, under no_log.
-        "files": [{"name": f.name, "content": f.shown, "mode": f.mode, "secret": f.secret} for f in files],
-        "uring_fallback": bool(uring_fallback and uses_uring),
-        "unit": {"name": unit.name, "content": unit.content},
-        "health_url": f"http://{deployment.local_host}:{deployment.effective_port}/health",
-        "health_timeout": deployment.health_timeout,
-        "runtime": deployment.container_runtime if launch.in_container(deployment) else None,
-        "uses_uring": uses_uring and not uring_fallback,
-        "uring_requested": uses_uring,
-        "strict": bool(deployment.strict),
-    }
+    return plans.as_fact(plans.server_plan(deployment, bool(uring_fallback), plain(facts) if facts is not None else None))
+
+
+def hicache_host_reads(hostvars, host):
+    """What the host facts read besides the usual, so that no role reads the host again: the server's deployed.json
+    and installed.json, the container runtime's unit. A part the variables at hand do not define is left
+    out; the role that needs it reads it itself (a user's playbook may give each role only its own variables)."""
+    _core()
+    variables = _hicache_vars(hostvars)
+    reads = {"files": [], "units": []}
+    server, findings = rules.check_host(host, variables, "sglang_server")
+    if not rules.has_errors(findings):
+        reads["files"] += [f"{server.cfg_dir}/{render.DEPLOYED}", f"{server.cfg_dir}/{render.INSTALLED}"]
+    limited, findings = rules.check_host(host, variables, "host_limits")
+    if not rules.has_errors(findings) and limits.runtime_service(limited):
+        reads["units"].append(limits.runtime_service(limited))
+    return reads
 
 
 def hicache_secret_file(hostvars, host, name, uring_fallback=False):
@@ -119,72 +113,37 @@ def hicache_preflight(hostvars, host, facts, ansible_version=None):
 
 
 def hicache_storage(hostvars, host, facts):
-    """Everything the storage role does on this host, decided here. The mount's `resolved_source` is the
-    device its UUID=/LABEL= source names on this host (what /proc/self/mountinfo shows once mounted)."""
-    d = _deployment(hostvars, host, role="storage")
-    facts = plain(facts)
-    mount = storage.mount(d)
-    can_mount, why = preflight.can_mount(facts, d) if mount else (True, "")
-    return {
-        "cache_dir": d.cache_dir, "owner": d.cache_owner, "group": d.cache_group, "mode": d.cache_mode,
-        "mount": None if mount is None else {"source": mount.source, "point": mount.point, "fstype": mount.fstype,
-                                             "options": ",".join(mount.options), "fstab_line": mount.fstab_line,
-                                             "resolved_source": storage.resolve_source(mount.source, facts.get("block_ids") or {})},
-        "can_mount": can_mount, "cannot_mount_reason": why, "strict": bool(d.strict),
-        "nfs": storage.is_nfs(d), "read_ahead_kb": d.storage_read_ahead_kb, "sunrpc_slots": d.storage_sunrpc_slots,
-        "nfsrahead_conf": storage.nfsrahead_conf(d), "sunrpc_conf": storage.sunrpc_modprobe_conf(d),
-        "sysctls": storage.rp_filter_sysctls(d),
-    }
+    """The storage role's plan (StoragePlan). The mount's `resolved_source` is the device its UUID=/LABEL= source
+    names on this host (what /proc/self/mountinfo shows once mounted)."""
+    return plans.as_fact(plans.storage_plan(_deployment(hostvars, host, role="storage"), plain(facts)))
 
 
 def hicache_limits(variables, host):
-    d = _deployment(variables, host, role="host_limits")
-    service = limits.runtime_service(d)
-    return {
-        "limits_file": limits.LIMITS_FILE, "limits_conf": limits.limits_conf(d),
-        "service": service, "dropin_dir": f"/etc/systemd/system/{service}.d" if service else None,
-        "dropin_file": f"/etc/systemd/system/{service}.d/{limits.DROPIN_NAME}" if service else None,
-        "dropin": limits.runtime_dropin(d), "memlock": limits.systemd_memlock(d), "restart": bool(d.limits_restart_runtime),
-        "sysctl_file": limits.SYSCTL_FILE, "sysctl_conf": limits.sysctl_conf(d), "sysctls": dict(d.host_sysctls),
-        "strict": bool(d.strict),
-    }
+    """The host_limits role's plan (LimitsPlan)."""
+    return plans.as_fact(plans.limits_plan(_deployment(variables, host, role="host_limits")))
 
 
 def hicache_nic(variables, host, report=None):
-    """What the nic_tuning role does. With `report` (the host program's --check-json output) also `verdict`:
+    """The nic_tuning role's plan (NicPlan). With `report` (the host program's --check-json output) also `verdict`:
     what fails the host, what is a gap, what still differs (hoststate.nic_verdict)."""
-    d = _deployment(variables, host, role="nic_tuning")
-    asked = storage.is_nfs(d) or bool(d.nic_interfaces)
-    plan = {"desired": nic.desired(d), "config_file": nic.CONFIG_FILE, "config_text": nic.config_text(d),
-            "program": nic.PROGRAM, "unit": nic.UNIT, "unit_text": nic.unit_text(), "strict": bool(d.strict), "asked": asked}
-    if report is not None:
-        plan["verdict"] = hoststate.nic_verdict(plain(report), asked)
-    return plan
+    return plans.as_fact(plans.nic_plan(_deployment(variables, host, role="nic_tuning"), plain(report) if report is not None else None))
 
 
-def hicache_image(variables, host, inspect=None):
-    """What the sglang_image role does. With `inspect` (stdout of `<runtime> image inspect <image>`, '' when
-    it failed) also `local`: whether the image is there and is the pinned one (RepoDigests compared fully qualified)."""
-    d = _deployment(variables, host, role="sglang_image")
-    plan = {"runtime": d.container_runtime if launch.in_container(d) else None, "image": d.image,
-            "pull": image.pull_reference(d), "pull_argv": image.pull_argv(d), "digest": image.pinned_digest(d),
-            "repo_digest": image.repository_digest(d), "accepted_digests": image.accepted_digests(d),
-            "retries": d.image_pull_retries, "delay": d.image_pull_delay, "tls_verify": d.image_tls_verify, "strict": bool(d.strict)}
-    if inspect is not None:
-        plan["local"] = image.local_state(d, str(inspect))
-    return plan
+def hicache_image(variables, host, inspect=None, facts=None):
+    """The sglang_image role's plan (ImagePlan). With `inspect` (stdout of `<runtime> image inspect <image>`, '' when
+    it failed) also `local`: whether the image is there and is the pinned one (RepoDigests compared fully qualified);
+    with the host facts, whether the runtime is installed (`runtime_found`)."""
+    return plans.as_fact(plans.image_plan(_deployment(variables, host, role="sglang_image"), plain(facts) if facts is not None else None, inspect))
 
 
-def hicache_runtime(variables, host):
-    d = _deployment(variables, host, role="container_runtime")
-    return {"runtime": d.container_runtime if launch.in_container(d) else None, "service": limits.runtime_service(d),
-            "strict": bool(d.strict), "restart": bool(d.limits_restart_runtime)}
+def hicache_runtime(variables, host, facts=None):
+    """The container_runtime role's plan (RuntimePlan); with the host facts, why containers cannot get the GPUs here."""
+    return plans.as_fact(plans.runtime_plan(_deployment(variables, host, role="container_runtime"), plain(facts) if facts is not None else None))
 
 
-def hicache_model(variables, host):
-    d = _deployment(variables, host, role="model")
-    return {"source": d.model_source, "dir": d.model_dir, "repo": d.model_repo, "revision": d.model_revision,
-            "files": dict(d.model_files), "strict": bool(d.strict)}
+def hicache_model(variables, host, facts=None):
+    """The model role's plan (ModelPlan); with the host facts, whether the hub client is installed here."""
+    return plans.as_fact(plans.model_plan(_deployment(variables, host, role="model"), plain(facts) if facts is not None else None))
 
 
 def hicache_mount_state(mountinfo_text, plan):
@@ -232,6 +191,7 @@ def hicache_metric(text, name):
 
 class FilterModule:
     def filters(self):
-        return {f.__name__: f for f in (hicache_findings, hicache_fleet_findings, hicache_files, hicache_secret_file, hicache_settings, hicache_preflight,
+        return {f.__name__: f for f in (hicache_findings, hicache_fleet_findings, hicache_files, hicache_host_reads, hicache_secret_file,
+                                        hicache_settings, hicache_preflight,
                                         hicache_storage, hicache_limits, hicache_nic, hicache_image, hicache_model, hicache_runtime, hicache_mount_state,
                                         hicache_verify_plan, hicache_verify_judge, hicache_metric)}

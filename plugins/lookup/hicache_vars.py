@@ -33,8 +33,15 @@ _raw:
 
 from ansible.plugins.lookup import LookupBase  # noqa: E402 (below the documentation, as ansible-test's validate-modules wants)
 
+try:
+    from hicachectl.schema import FACTS  # what the roles set (hicache_facts, the reports): not inventory variables
+except ImportError:  # pragma: no cover - the filters name the missing package; templating these is only slower
+    FACTS = {}
+
 
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
-        names = [name for name in (variables or {}) if name.startswith("hicache_")]
+        # The facts the roles set are large (every interface, every file the host facts read) and no filter reads them
+        # from here: templating them on every call was most of a plan's cost.
+        names = [name for name in (variables or {}) if name.startswith("hicache_") and name not in FACTS]
         return [{name: self._templar.template(variables[name]) for name in names}]

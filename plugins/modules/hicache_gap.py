@@ -27,6 +27,12 @@ options:
     description: The inventory's C(hicache_strict). True fails the task; false reports the gap and goes on.
     type: bool
     required: true
+  tolerated:
+    description:
+      - Whether the inventory may tolerate this at all. False means the host could have done it and did not, a failure
+        whatever O(strict) says, so one task says both "cannot here" (a gap) and "failed" (not a gap), with no task pair.
+    type: bool
+    default: true
 notes:
   - Runs the same in check mode.
 author: hicache-deploy developers (@hicache-deploy)
@@ -38,6 +44,13 @@ EXAMPLES = r"""
     reason: systemd does not run this host, so the NIC tuning is not re-applied at boot
     strict: "{{ hicache_strict }}"
   when: ansible_facts.service_mgr != 'systemd'
+
+- name: Check the L3 tier is mounted
+  hicache.deploy.hicache_gap:
+    reason: "nothing is mounted at /mnt/kvcache{{ '' if can_mount else ': this host cannot mount it' }}"
+    strict: "{{ hicache_strict }}"
+    tolerated: "{{ not can_mount }}"  # it could mount and did not: a failure, never a gap
+  when: not mounted
 """
 
 RETURN = r"""

@@ -22,6 +22,16 @@ options:
     description: Report free space of the filesystem holding this path (its nearest existing parent).
     type: str
     default: /
+  read_files:
+    description: Files whose text to report in RV(hicache_host.files) (null for a file that does not exist), e.g. the server's deployed.json.
+    type: list
+    elements: str
+    default: []
+  units:
+    description: systemd units whose C(LoadState) and C(LimitMEMLOCK) to report in RV(hicache_host.units) (where systemd runs).
+    type: list
+    elements: str
+    default: []
 notes:
   - Supports check mode.
 author: hicache-deploy developers (@hicache-deploy)
@@ -97,6 +107,22 @@ hicache_host:
     systemd:
       description: Whether systemd runs the host.
       type: bool
+    files:
+      description: The text of each file of O(read_files), or null when it does not exist.
+      type: dict
+    units:
+      description: For each unit of O(units), its C(LoadState) and C(LimitMEMLOCK) as systemctl shows them.
+      type: dict
+      sample: {docker.service: {LoadState: loaded, LimitMEMLOCK: infinity}}
+    fstab_hicache_block:
+      description: Whether /etc/fstab holds the block the storage role writes (C(# BEGIN hicache-deploy L3 tier)).
+      type: bool
+    nixl_uring_failed:
+      description: Whether NIXL failed to create its io_uring backend on this host before (/etc/hicache/nixl-uring-unavailable).
+      type: bool
+    mountinfo:
+      description: The text of /proc/self/mountinfo when the facts were read (the storage role compares its mount with it).
+      type: str
     block_ids:
       description: C(UUID=...), C(LABEL=...), C(PARTUUID=...) and C(PARTLABEL=...) names with the device each resolves to.
       type: dict
@@ -113,8 +139,11 @@ import sys
 from ansible.module_utils.basic import AnsibleModule
 
 TOOLS = ("nvidia-smi", "ethtool", "mlnx_qos", "setpci", "lspci", "mount.nfs", "nfsrahead", "docker", "podman",
-         "nvidia-ctk", "nvidia-container-runtime", "ip", "sysctl")
+         "nvidia-ctk", "nvidia-container-runtime", "ip", "sysctl", "hf")
 TOOL_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/libexec")
+# Written by the sglang_server role when NIXL could not create its io_uring backend here (it falls back to posix_aio).
+URING_MARKER = "/etc/hicache/nixl-uring-unavailable"
+FSTAB_BLOCK = "# BEGIN hicache-deploy L3 tier"  # the storage role's blockinfile marker
 KERNEL_MODULES = ("nfs", "nfsv3", "nfsv4", "rpcrdma", "sunrpc", "mlx5_core", "mlx5_ib", "nvidia")
 
 
@@ -124,6 +153,14 @@ def read(path, default=None):
             return handle.read().strip()
     except OSError:
         return default
+
+
+def read_exact(path):
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except OSError:
+        return None
 
 
 def which(tool):
@@ -236,8 +273,22 @@ def free_gb(path):
     return {"path": path, "free_gb": round(usage.free / 1e9, 1)}
 
 
+def unit_properties(module, units, systemd):
+    """LoadState and LimitMEMLOCK of each unit (systemctl show), {} without systemd."""
+    systemctl = module.get_bin_path("systemctl") if systemd else None
+    found = {}
+    for unit in units if systemctl else ():
+        rc, out, dummy = module.run_command([systemctl, "show", "-p", "LoadState,LimitMEMLOCK", unit])
+        found[unit] = dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if rc == 0 else {}
+    return found
+
+
 def main():
-    module = AnsibleModule(argument_spec={"disk_path": {"type": "str", "default": "/"}}, supports_check_mode=True)
+    module = AnsibleModule(argument_spec={"disk_path": {"type": "str", "default": "/"},
+                                          "read_files": {"type": "list", "elements": "str", "default": []},
+                                          "units": {"type": "list", "elements": "str", "default": []}},
+                           supports_check_mode=True)
+    systemd = os.path.isdir("/run/systemd/system")
     release = platform.release()
     tools = {tool: which(tool) for tool in TOOLS}
     facts = {
@@ -255,7 +306,13 @@ def main():
         "mem_total_gb": meminfo_gb(),
         "disk": free_gb(module.params["disk_path"]),
         "sunrpc_sysctl": read("/proc/sys/sunrpc/tcp_slot_table_entries"),
-        "systemd": os.path.isdir("/run/systemd/system"),
+        "systemd": systemd,
+        "files": {path: read_exact(path) for path in module.params["read_files"]},
+        "units": unit_properties(module, module.params["units"], systemd),
+        "mountinfo": read("/proc/self/mountinfo", ""),
+        "nixl_uring_failed": os.path.exists(URING_MARKER),
+        # Whether /etc/fstab holds the storage role's block; never fstab itself (it may hold a CIFS password=).
+        "fstab_hicache_block": FSTAB_BLOCK in (read("/etc/fstab", "") or ""),
         "block_ids": block_ids(),
     }
     module.exit_json(changed=False, hicache_host=facts)
