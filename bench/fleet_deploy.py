@@ -1,10 +1,21 @@
-"""Fleet deploy timing; run through bench/fleet_deploy, which prepares the environment."""
+"""Fleet deploy timing; run through bench/fleet_deploy, which prepares the environment.
+
+For 1 and 8 test hosts (systemd containers over real SSH), with the project's ansible.cfg, with Ansible's defaults
+and (--mitogen) with the project's configuration on Mitogen's strategy: site.yml's first run and its no-op re-run,
+and per host of the no-op: executed tasks, host round trips (ssh invocations), controller CPU-seconds. Ratios are
+of figures measured in this one run.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import pathlib
+import re
+import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -14,67 +25,143 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "infra"))
 from fleet import Fleet  # noqa: E402
 
-# Plain Ansible, except what the project cannot run without (its roles and filter) and what fresh
-# test hosts need (unknown host keys on new ports).
+MITOGEN = "mitogen==0.3.54"  # supports ansible-core 2.19 (its ansible_mitogen/mixins.py handles >= 2.19)
+
+# Plain Ansible, except what the project cannot run without (its collection, where hicachectl links it) and what
+# fresh test hosts need (unknown host keys on new ports).
 DEFAULTS_CFG = f"""[defaults]
-roles_path = {ROOT}/roles
-filter_plugins = {ROOT}/plugins/filter
-action_plugins = {ROOT}/plugins/action
-library = {ROOT}/plugins/modules
-lookup_plugins = {ROOT}/plugins/lookup
+collections_path = {ROOT}/.ansible/collections
 host_key_checking = False
 """
 
+# Counts every ssh the controller starts (a module run, a file transfer: one round trip each, pipelining or not).
+SSH_COUNTER = """#!/bin/sh
+echo x >> "$HICACHE_BENCH_SSH_LOG"
+exec ssh "$@"
+"""
 
-def deploy(inventory: pathlib.Path, hosts: list[str], config: pathlib.Path, control_dir: str) -> float:
-    env = {**os.environ, "ANSIBLE_CONFIG": str(config), "ANSIBLE_SSH_CONTROL_PATH_DIR": control_dir,
+
+def recap(stdout: str) -> dict[str, dict[str, int]]:
+    return {m.group(1): {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+            for m in re.finditer(r"^(\S+)\s+:\s+(ok=.*)$", stdout, re.M)}
+
+
+def callbacks(config: pathlib.Path) -> dict[str, str]:
+    """The configuration's own callbacks plus the bench's counter (the environment replaces the file's lists)."""
+    enabled = re.search(r"^callbacks_enabled\s*=\s*(.*)$", config.read_text(), re.M)
+    names = [n.strip() for n in enabled.group(1).split(",")] if enabled else []
+    return {"ANSIBLE_CALLBACKS_ENABLED": ",".join(names + ["bench_count"]),
+            "ANSIBLE_CALLBACK_PLUGINS": os.pathsep.join([str(ROOT / "bench" / "plugins"), str(ROOT / "plugins" / "callback")])}
+
+
+def deploy(inventory: pathlib.Path, hosts: list[str], config: pathlib.Path, work: pathlib.Path) -> dict[str, float]:
+    ssh_log, count_file = work / "ssh.log", work / "count.json"
+    ssh_log.unlink(missing_ok=True)
+    count_file.unlink(missing_ok=True)
+    env = {**os.environ, "ANSIBLE_CONFIG": str(config), "ANSIBLE_SSH_CONTROL_PATH_DIR": str(work / "cp"),
+           "ANSIBLE_SSH_EXECUTABLE": str(work / "ssh"), "HICACHE_BENCH_SSH_LOG": str(ssh_log),
+           "HICACHE_BENCH_COUNT_FILE": str(count_file), **callbacks(config),
            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(["ansible-playbook", "-i", str(inventory), "--limit", ",".join(hosts), "playbooks/site.yml"],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
-        sys.exit(f"deploy failed ({config.name}, {len(hosts)} hosts):\n{proc.stdout[-3000:]}")
-    return elapsed
+        sys.exit(f"deploy failed ({config.name}, {len(hosts)} hosts):\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}")
+    counts = recap(proc.stdout)
+    executed = sum(c["ok"] + c.get("failed", 0) for host, c in counts.items() if host in hosts)
+    ssh = len(ssh_log.read_text().splitlines()) if ssh_log.exists() else 0
+    module_runs = sum(json.loads(count_file.read_text()).values()) if count_file.exists() else 0
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    n = len(hosts)
+    return {"wall": elapsed, "tasks": executed / n, "module_runs": module_runs / n, "ssh": ssh / n, "cpu": cpu / n}
+
+
+def mitogen_cfg(work: pathlib.Path) -> pathlib.Path:
+    """The project's ansible.cfg on Mitogen's linear strategy (Mitogen installed into the bench's own directory)."""
+    target = work / "mitogen"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target", str(target), MITOGEN], check=True)
+    text = (ROOT / "ansible.cfg").read_text()
+    # Relative paths of the project's file resolve against the file's directory: make them absolute for this copy.
+    text = text.replace("collections_path = .ansible/collections", f"collections_path = {ROOT}/.ansible/collections")
+    text = text.replace("callback_plugins = plugins/callback", f"callback_plugins = {ROOT}/plugins/callback")
+    # Mitogen's own SSH reads host_key_checking rather than the inventory's ssh args: the test hosts are new every run.
+    text = text.replace("host_key_checking = True", "host_key_checking = False")
+    text = text.replace("[defaults]\n", f"[defaults]\nstrategy_plugins = {target}/ansible_mitogen/plugins/strategy\nstrategy = mitogen_linear\n", 1)
+    config = work / "mitogen.cfg"
+    config.write_text(text)
+    os.environ["PYTHONPATH"] = str(target) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    return config
+
+
+def forks(config: pathlib.Path) -> int:
+    found = re.search(r"^forks\s*=\s*(\d+)", config.read_text(), re.M)
+    return int(found.group(1)) if found else 5  # Ansible's default
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--sizes", default="1,4,8")
+    parser.add_argument("--sizes", default="1,8")
+    parser.add_argument("--mitogen", action="store_true", help="Also measure Mitogen's strategy (pip-installed into a temporary directory).")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     with tempfile.TemporaryDirectory(prefix="fleet-bench-") as tmp:
         work = pathlib.Path(tmp)
+        (work / "cp").mkdir()
+        (work / "ssh").write_text(SSH_COUNTER)
+        (work / "ssh").chmod(0o755)
         defaults_cfg = work / "defaults.cfg"
         defaults_cfg.write_text(DEFAULTS_CFG)
         configs = {"project": ROOT / "ansible.cfg", "defaults": defaults_cfg}
+        if args.mitogen:
+            configs["mitogen"] = mitogen_cfg(work)
+        fork_counts = {label: forks(config) for label, config in configs.items()}
         fleet = Fleet(work / "fleet", max(sizes), prefix="hicache-bench")
         print(f"starting {max(sizes)} test hosts ...", file=sys.stderr)
         fleet.up()
         try:
             inventory = fleet.inventory()
             names = list(fleet.hosts)
-            rows, times = [], {}
+            rows, results = [], {}
             for size in sizes:
                 for label, config in configs.items():
                     for name in names[:size]:  # a first run starts from a host without our files
                         fleet.ssh(name, "rm -rf /opt/sglang-hicache")
-                    control = tempfile.mkdtemp(dir=tmp)  # no SSH master shared between configurations
-                    first = deploy(inventory, names[:size], config, control)
-                    rerun = deploy(inventory, names[:size], config, control)
-                    times[size, label] = (first, rerun)
+                    shutil.rmtree(work / "cp")
+                    (work / "cp").mkdir()  # no SSH master shared between configurations
+                    first = deploy(inventory, names[:size], config, work)
+                    rerun = deploy(inventory, names[:size], config, work)
+                    results[size, label] = (first, rerun)
                     rows.append((size, label, first, rerun))
-                    print(f"  {size} host(s), {label}: first {first:.1f} s, re-run {rerun:.1f} s", file=sys.stderr)
+                    print(f"  {size} host(s), {label}: first {first['wall']:.1f} s, no-op {rerun['wall']:.1f} s", file=sys.stderr)
         finally:
             fleet.down()
-    print(f"{'hosts':>5}  {'ansible.cfg':<11}  {'first run':>9}  {'no-op re-run':>12}")
+    print("per host of the no-op: executed tasks (not skipped), host-side module runs, ssh processes started, controller CPU-s")
+    print(f"{'hosts':>5}  {'config':<8}  {'first run':>9}  {'no-op':>6}  {'tasks':>6}  {'modules':>7}  {'ssh':>5}  {'CPU-s':>6}")
     for size, label, first, rerun in rows:
-        print(f"{size:>5}  {label:<11}  {first:>8.1f}s  {rerun:>11.1f}s")
+        print(f"{size:>5}  {label:<8}  {first['wall']:>8.1f}s  {rerun['wall']:>5.1f}s  {rerun['tasks']:>6.1f}  "
+              f"{rerun['module_runs']:>7.1f}  {rerun['ssh']:>5.1f}  {rerun['cpu']:>6.2f}")
     big, small = max(sizes), min(sizes)
-    print("\nratios (same run):")
-    print(f"  no-op re-run, {big} hosts / {small} host, project cfg: {times[big, 'project'][1] / times[small, 'project'][1]:.2f}")
-    print(f"  defaults / project, first run, {big} hosts:        {times[big, 'defaults'][0] / times[big, 'project'][0]:.2f}")
-    print(f"  defaults / project, no-op re-run, {big} hosts:     {times[big, 'defaults'][1] / times[big, 'project'][1]:.2f}")
+    project = results[big, "project"][1], results[small, "project"][1]
+    print("\nratios (this run; no-op = the re-run, nothing to change):")
+    print(f"  no-op, {big} hosts / {small} host, project cfg:          {project[0]['wall'] / project[1]['wall']:.2f}  (target <= 2.5)")
+    print(f"  first run / no-op, {small} host, project cfg:          {results[small, 'project'][0]['wall'] / project[1]['wall']:.2f}  (target <= 1.5)")
+    print(f"  defaults / project, no-op, {big} hosts:                {results[big, 'defaults'][1]['wall'] / project[0]['wall']:.2f}  (target >= 2)")
+    print(f"  defaults / project, first run, {big} hosts:            {results[big, 'defaults'][0]['wall'] / results[big, 'project'][0]['wall']:.2f}")
+    if args.mitogen:
+        print(f"  project / mitogen, no-op, {big} hosts:                 {project[0]['wall'] / results[big, 'mitogen'][1]['wall']:.2f}")
+    # 1,000 hosts: the controller does each host's work on its cores (CPU-bound), and no host finishes faster than one
+    # host alone (latency-bound, forks hosts at a time): the larger of the two, from this run's figures.
+    cores, n = os.cpu_count() or 1, 1000
+    for label in configs:
+        measured = results[big, label][1]
+        cpu_bound = measured["cpu"] * n / cores
+        latency_bound = results[small, label][1]["wall"] * math.ceil(n / fork_counts[label])
+        print(f"  projected no-op of {n} hosts, {label}: {max(cpu_bound, latency_bound) / 60:.1f} min "
+              f"(max of {measured['cpu']:.2f} CPU-s/host x {n} / {cores} cores, {results[small, label][1]['wall']:.1f} s x "
+              f"ceil({n} / {fork_counts[label]} forks))")
 
 
 if __name__ == "__main__":
