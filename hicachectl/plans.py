@@ -2,7 +2,7 @@
 
 Each role asks for its plan once (a hicache filter of the collection, plugins/filter/hicache.py), keeps it with
 set_fact, shows it at -v, and its tasks only apply it. A plan depends only on the host's deployment (its checked
-variables) and, where the answer depends on the host, on the host facts read once per run (hicache_host_facts):
+variables) and, where the answer depends on the host, on the host facts (hicache_host_facts, read up front, not per task):
 whether systemd runs the host, whether the container runtime or the hub client is installed.
 """
 
