@@ -196,10 +196,14 @@ class ServerPlan:
     cannot_run: str  # why no server can run here (no systemd, no container runtime); '' when it can, or without facts
 
 
+def with_uring_fallback(d, uring_fallback: bool):
+    """The deployment as the server runs it: NIXL's POSIX plugin on POSIX AIO where io_uring failed on this host."""
+    return launch.uring_fallback(d) if uring_fallback and launch.uses_uring(d) else d
+
+
 def server_plan(d, uring_fallback: bool = False, facts: dict[str, Any] | None = None) -> ServerPlan:
     uses_uring = launch.uses_uring(d)
-    if uring_fallback and uses_uring:
-        d = launch.uring_fallback(d)
+    d = with_uring_fallback(d, uring_fallback)
     files = render.files(d)
     unit = next(f for f in files if f.name == render.unit_name(d))
     runtime = d.container_runtime if launch.in_container(d) else None

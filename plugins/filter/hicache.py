@@ -9,7 +9,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 try:
-    from hicachectl import hoststate, launch, limits, metrics, plans, preflight, render, rules, schema, secrets, verify
+    from hicachectl import hoststate, limits, metrics, plans, preflight, render, rules, schema, secrets, verify
     from hicachectl.inventory import ROUTERS, plain
     from hicachectl.model import PREFIX
 except ImportError as error:  # pragma: no cover - exercised by ansible-test's import sanity test
@@ -38,6 +38,11 @@ def _deployment(hostvars, host, role=None):
     if errors:
         raise AnsibleFilterError("invalid hicache variables:\n" + "\n".join(errors))
     return deployment
+
+
+def _plain_or_none(value):
+    """An optional argument (host facts, a report) as plain data; None stays None (the plan then claims nothing)."""
+    return None if value is None else plain(value)
 
 
 def _is_router(hostvars) -> bool:
@@ -72,7 +77,7 @@ def hicache_files(hostvars, host, uring_fallback=False, facts=None):
     refuses invalid variables. With uring_fallback, NIXL's POSIX plugin runs on POSIX AIO (this host cannot create
     io_uring backends); with the host facts, also why no server can run here (`cannot_run`)."""
     deployment = _deployment(hostvars, host, role="sglang_server")
-    return plans.as_fact(plans.server_plan(deployment, bool(uring_fallback), plain(facts) if facts is not None else None))
+    return plans.as_fact(plans.server_plan(deployment, bool(uring_fallback), _plain_or_none(facts)))
 
 
 def hicache_host_reads(hostvars, host):
@@ -93,9 +98,7 @@ def hicache_host_reads(hostvars, host):
 
 def hicache_secret_file(hostvars, host, name, uring_fallback=False):
     """The real content of one file of hicache_files that holds secrets (use only under no_log)."""
-    deployment = _deployment(hostvars, host, role="sglang_server")
-    if uring_fallback and launch.uses_uring(deployment):
-        deployment = launch.uring_fallback(deployment)
+    deployment = plans.with_uring_fallback(_deployment(hostvars, host, role="sglang_server"), bool(uring_fallback))
     for f in render.files(deployment):
         if f.name == name and f.secret:
             return f.content
@@ -126,24 +129,24 @@ def hicache_limits(variables, host):
 def hicache_nic(variables, host, report=None):
     """The nic_tuning role's plan (NicPlan). With `report` (the host program's --check-json output) also `verdict`:
     what fails the host, what is a gap, what still differs (hoststate.nic_verdict)."""
-    return plans.as_fact(plans.nic_plan(_deployment(variables, host, role="nic_tuning"), plain(report) if report is not None else None))
+    return plans.as_fact(plans.nic_plan(_deployment(variables, host, role="nic_tuning"), _plain_or_none(report)))
 
 
 def hicache_image(variables, host, inspect=None, facts=None):
     """The sglang_image role's plan (ImagePlan). With `inspect` (stdout of `<runtime> image inspect <image>`, '' when
     it failed) also `local`: whether the image is there and is the pinned one (RepoDigests compared fully qualified);
     with the host facts, whether the runtime is installed (`runtime_found`)."""
-    return plans.as_fact(plans.image_plan(_deployment(variables, host, role="sglang_image"), plain(facts) if facts is not None else None, inspect))
+    return plans.as_fact(plans.image_plan(_deployment(variables, host, role="sglang_image"), _plain_or_none(facts), inspect))
 
 
 def hicache_runtime(variables, host, facts=None):
     """The container_runtime role's plan (RuntimePlan); with the host facts, why containers cannot get the GPUs here."""
-    return plans.as_fact(plans.runtime_plan(_deployment(variables, host, role="container_runtime"), plain(facts) if facts is not None else None))
+    return plans.as_fact(plans.runtime_plan(_deployment(variables, host, role="container_runtime"), _plain_or_none(facts)))
 
 
 def hicache_model(variables, host, facts=None):
     """The model role's plan (ModelPlan); with the host facts, whether the hub client is installed here."""
-    return plans.as_fact(plans.model_plan(_deployment(variables, host, role="model"), plain(facts) if facts is not None else None))
+    return plans.as_fact(plans.model_plan(_deployment(variables, host, role="model"), _plain_or_none(facts)))
 
 
 def hicache_mount_state(mountinfo_text, plan):
