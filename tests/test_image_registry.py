@@ -33,14 +33,15 @@ def registry(tmp_path_factory):
     subprocess.run(["podman", "rmi", "-f", f"{reg.address}/hicache-test/tiny:v0.5.21"], capture_output=True)
 
 
-def run_role(tmp_path: pathlib.Path, registry, env: dict | None = None, **variables) -> subprocess.CompletedProcess:
+def run_role(tmp_path: pathlib.Path, registry, env: dict | None = None, play: str = "roles: [hicache.deploy.sglang_image]",
+             **variables) -> subprocess.CompletedProcess:
     image = f"{registry.address}/hicache-test/tiny:v0.5.21"
     inventory = {"all": {"hosts": {"localhost": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
                          "vars": {"hicache_image": image, "hicache_model_path": "/models/m", "hicache_container_runtime": "podman",
                                   "hicache_image_tls_verify": False, "hicache_image_pull_retries": 6, "hicache_image_pull_delay": 2,
                                   **{f"hicache_{k}": v for k, v in variables.items()}}}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
-    (tmp_path / "play.yml").write_text("- hosts: all\n  gather_facts: false\n  roles: [hicache.deploy.sglang_image]\n")
+    (tmp_path / "play.yml").write_text(f"- hosts: all\n  gather_facts: false\n  {play}\n")
     return subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml")], cwd=ROOT,
                           env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), **(env or {})}, capture_output=True, text=True, timeout=600)
 
@@ -59,6 +60,21 @@ def test_pull_then_nothing_to_do(tmp_path, registry):
     assert first.returncode == 0 and changed(first) == 1 and image_exists(registry), first.stdout[-2000:]
     again = run_role(tmp_path, registry)
     assert again.returncode == 0 and changed(again) == 0
+
+
+def test_a_pull_makes_preflight_read_the_host_again(tmp_path, registry):
+    """site.yml lets preflight keep the facts its pull play read; a pull changed the disk, so it must not (preflight
+    reports only here: this machine lacks what the image needs to run)."""
+    play = ("tasks:\n    - {ansible.builtin.import_role: {name: hicache.deploy.sglang_image}}\n"
+            "    - {ansible.builtin.import_role: {name: hicache.deploy.preflight}, vars: {__hicache_preflight_reuse_facts: true, hicache_preflight_report_only: true}}")
+    read = re.compile(r"^TASK \[hicache\.deploy\.preflight : Read what this host has\] \**\nok: ", re.M)  # the module ran
+    subprocess.run(["podman", "rmi", "-f", f"{registry.address}/hicache-test/tiny:v0.5.21"], capture_output=True)
+    pulled = run_role(tmp_path, registry, play=play)
+    assert pulled.returncode == 0 and changed(pulled) == 1, pulled.stdout[-3000:]
+    assert len(read.findall(pulled.stdout)) == 2, pulled.stdout  # the image role's read, then preflight's again
+    kept = run_role(tmp_path, registry, play=play)
+    assert kept.returncode == 0 and changed(kept) == 0, kept.stdout[-3000:]
+    assert len(read.findall(kept.stdout)) == 1, kept.stdout  # nothing pulled: preflight judges the facts already read
 
 
 def test_a_registry_briefly_down_is_retried(tmp_path, registry):
