@@ -2,8 +2,10 @@
 
 For 1 and 8 test hosts (systemd containers over real SSH), with the project's ansible.cfg, with Ansible's defaults
 and (--mitogen) with the project's configuration on Mitogen's strategy: site.yml's first run and its no-op re-run,
-and per host of the no-op: executed tasks, host round trips (ssh invocations), controller CPU-seconds. Ratios are
-of figures measured in this one run.
+and per host of the no-op: executed tasks, host round trips (ssh invocations), controller CPU-seconds. Then the
+floor: plain Ansible taking as many steps per host as that no-op, each doing nothing (ping, set_fact, a skipped
+debug), with each configuration, so each ratio can be read against what Ansible itself does on this machine. Ratios
+are of figures measured in this one run.
 """
 
 from __future__ import annotations
@@ -54,7 +56,24 @@ def callbacks(config: pathlib.Path) -> dict[str, str]:
             "ANSIBLE_CALLBACK_PLUGINS": os.pathsep.join([str(ROOT / "bench" / "plugins"), str(ROOT / "plugins" / "callback")])}
 
 
-def deploy(inventory: pathlib.Path, hosts: list[str], config: pathlib.Path, work: pathlib.Path) -> dict[str, float]:
+def floor_playbook(work: pathlib.Path, no_op: dict[str, float]) -> pathlib.Path:
+    """Plain Ansible doing nothing in as many steps as site.yml's no-op took per host: `ping` for each host-side module
+    run, `set_fact` for each other executed task, a skipped `debug` for each skipped task. Whatever a configuration
+    does to it is what that configuration can do at best for site.yml's no-op on this machine."""
+    modules = round(no_op["module_runs"])
+    tasks = [{"name": f"module run {i + 1}", "ansible.builtin.ping": None} for i in range(modules)]
+    tasks += [{"name": f"controller step {i + 1}", "ansible.builtin.set_fact": {"bench_floor": i}}
+              for i in range(max(round(no_op["tasks"]) - modules, 0))]
+    tasks += [{"name": f"skipped step {i + 1}", "ansible.builtin.debug": {"msg": "never"}, "when": False}
+              for i in range(round(no_op["skipped"]))]
+    path = work / "floor.yml"
+    path.write_text(json.dumps([{"name": "The floor: as many steps as site.yml's no-op, each doing nothing", "hosts": "all",
+                                 "gather_facts": False, "tasks": tasks}], indent=1))
+    return path
+
+
+def deploy(inventory: pathlib.Path, hosts: list[str], config: pathlib.Path, work: pathlib.Path,
+           playbook: str = "playbooks/site.yml") -> dict[str, float]:
     ssh_log, count_file = work / "ssh.log", work / "count.json"
     ssh_log.unlink(missing_ok=True)
     count_file.unlink(missing_ok=True)
@@ -64,7 +83,7 @@ def deploy(inventory: pathlib.Path, hosts: list[str], config: pathlib.Path, work
            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.run(["ansible-playbook", "-i", str(inventory), "--limit", ",".join(hosts), "playbooks/site.yml"],
+    proc = subprocess.run(["ansible-playbook", "-i", str(inventory), "--limit", ",".join(hosts), playbook],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -72,11 +91,13 @@ def deploy(inventory: pathlib.Path, hosts: list[str], config: pathlib.Path, work
         sys.exit(f"deploy failed ({config.name}, {len(hosts)} hosts):\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}")
     counts = recap(proc.stdout)
     executed = sum(c["ok"] + c.get("failed", 0) for host, c in counts.items() if host in hosts)
+    skipped = sum(c.get("skipped", 0) for host, c in counts.items() if host in hosts)
     ssh = len(ssh_log.read_text().splitlines()) if ssh_log.exists() else 0
     module_runs = sum(json.loads(count_file.read_text()).values()) if count_file.exists() else 0
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     n = len(hosts)
-    return {"wall": elapsed, "tasks": executed / n, "module_runs": module_runs / n, "ssh": ssh / n, "cpu": cpu / n}
+    return {"wall": elapsed, "tasks": executed / n, "skipped": skipped / n, "module_runs": module_runs / n, "ssh": ssh / n,
+            "cpu": cpu / n}
 
 
 def mitogen_cfg(work: pathlib.Path) -> pathlib.Path:
@@ -136,19 +157,33 @@ def main() -> None:
                     results[size, label] = (first, rerun)
                     rows.append((size, label, first, rerun))
                     print(f"  {size} host(s), {label}: first {first['wall']:.1f} s, no-op {rerun['wall']:.1f} s", file=sys.stderr)
+            # The floor, shaped after the project configuration's no-op on the most hosts, run with every configuration.
+            floor = floor_playbook(work, results[max(sizes), "project"][1])
+            floors = {}
+            for size in sizes:
+                for label, config in configs.items():
+                    shutil.rmtree(work / "cp")
+                    (work / "cp").mkdir()
+                    floors[size, label] = deploy(inventory, names[:size], config, work, str(floor))
+                    print(f"  {size} host(s), {label}: floor {floors[size, label]['wall']:.1f} s", file=sys.stderr)
         finally:
             fleet.down()
-    print("per host of the no-op: executed tasks (not skipped), host-side module runs, ssh processes started, controller CPU-s")
-    print(f"{'hosts':>5}  {'config':<8}  {'first run':>9}  {'no-op':>6}  {'tasks':>6}  {'modules':>7}  {'ssh':>5}  {'CPU-s':>6}")
+    print("per host of the no-op: executed and skipped tasks, host-side module runs, ssh processes started, controller CPU-s;")
+    print("floor: plain Ansible doing nothing in as many steps (ping, set_fact, a skipped debug) as the project's no-op")
+    print(f"{'hosts':>5}  {'config':<8}  {'first run':>9}  {'no-op':>6}  {'tasks':>6}  {'skipped':>7}  {'modules':>7}  {'ssh':>5}  "
+          f"{'CPU-s':>6}  {'floor':>6}")
     for size, label, first, rerun in rows:
-        print(f"{size:>5}  {label:<8}  {first['wall']:>8.1f}s  {rerun['wall']:>5.1f}s  {rerun['tasks']:>6.1f}  "
-              f"{rerun['module_runs']:>7.1f}  {rerun['ssh']:>5.1f}  {rerun['cpu']:>6.2f}")
+        print(f"{size:>5}  {label:<8}  {first['wall']:>8.1f}s  {rerun['wall']:>5.1f}s  {rerun['tasks']:>6.1f}  {rerun['skipped']:>7.1f}  "
+              f"{rerun['module_runs']:>7.1f}  {rerun['ssh']:>5.1f}  {rerun['cpu']:>6.2f}  {floors[size, label]['wall']:>5.1f}s")
     big, small = max(sizes), min(sizes)
     project = results[big, "project"][1], results[small, "project"][1]
-    print("\nratios (this run; no-op = the re-run, nothing to change):")
-    print(f"  no-op, {big} hosts / {small} host, project cfg:          {project[0]['wall'] / project[1]['wall']:.2f}  (target <= 2.5)")
+    floor_big, floor_small = floors[big, "project"], floors[small, "project"]
+    print("\nratios (this run; no-op = the re-run, nothing to change; in brackets the same ratio of the floor):")
+    print(f"  no-op, {big} hosts / {small} host, project cfg:          {project[0]['wall'] / project[1]['wall']:.2f}  (target <= 2.5)"
+          f"  [floor {floor_big['wall'] / floor_small['wall']:.2f}]")
     print(f"  first run / no-op, {small} host, project cfg:          {results[small, 'project'][0]['wall'] / project[1]['wall']:.2f}  (target <= 1.5)")
-    print(f"  defaults / project, no-op, {big} hosts:                {results[big, 'defaults'][1]['wall'] / project[0]['wall']:.2f}  (target >= 2)")
+    print(f"  defaults / project, no-op, {big} hosts:                {results[big, 'defaults'][1]['wall'] / project[0]['wall']:.2f}  (target >= 2)"
+          f"  [floor {floors[big, 'defaults']['wall'] / floor_big['wall']:.2f}]")
     print(f"  defaults / project, first run, {big} hosts:            {results[big, 'defaults'][0]['wall'] / results[big, 'project'][0]['wall']:.2f}")
     if args.mitogen:
         print(f"  project / mitogen, no-op, {big} hosts:                 {project[0]['wall'] / results[big, 'mitogen'][1]['wall']:.2f}")
