@@ -117,6 +117,12 @@ def mitogen_cfg(work: pathlib.Path) -> pathlib.Path:
     return config
 
 
+def fresh_ssh_masters(work: pathlib.Path) -> None:
+    """No SSH master shared between configurations or with the run before."""
+    shutil.rmtree(work / "cp")
+    (work / "cp").mkdir()
+
+
 def forks(config: pathlib.Path) -> int:
     found = re.search(r"^forks\s*=\s*(\d+)", config.read_text(), re.M)
     return int(found.group(1)) if found else 5  # Ansible's default
@@ -150,8 +156,7 @@ def main() -> None:
                 for label, config in configs.items():
                     for name in names[:size]:  # a first run starts from a host without our files
                         fleet.ssh(name, "rm -rf /opt/sglang-hicache")
-                    shutil.rmtree(work / "cp")
-                    (work / "cp").mkdir()  # no SSH master shared between configurations
+                    fresh_ssh_masters(work)
                     first = deploy(inventory, names[:size], config, work)
                     rerun = deploy(inventory, names[:size], config, work)
                     results[size, label] = (first, rerun)
@@ -162,8 +167,7 @@ def main() -> None:
             floors = {}
             for size in sizes:
                 for label, config in configs.items():
-                    shutil.rmtree(work / "cp")
-                    (work / "cp").mkdir()
+                    fresh_ssh_masters(work)
                     floors[size, label] = deploy(inventory, names[:size], config, work, str(floor))
                     print(f"  {size} host(s), {label}: floor {floors[size, label]['wall']:.1f} s", file=sys.stderr)
         finally:
