@@ -412,7 +412,7 @@ BY_NAME: dict[str, Var] = {v.name: v for v in VARIABLES}
 # Facts the roles set for each other, for the CLI's playbooks and for a user's tasks: public, not variables.
 FACTS = {
     "hicache_facts": ("What the host has (hicache_host_facts' report): read by the first role that needs it, reused by the others; read "
-                      "again by preflight used on its own, once a pull or a download has marked it stale, and in each batch of a rolling site.yml."),
+                      "again by preflight (in site.yml once a pull or a download has marked it stale), and in each batch of a rolling site.yml."),
     "hicache_preflight_report": "The preflight role's judgement of the host (checks, required_missing); hicachectl doctor reads it.",
     "hicache_status_report": "What the status playbook read on the host; hicachectl status reads it.",
     "hicache_verify_report": "The verify playbook's checks of the host's server; hicachectl verify reads it.",
