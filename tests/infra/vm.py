@@ -1,0 +1,208 @@
+"""VM test hosts: Debian's own kernel under QEMU (tests/infra/vm_image.sh builds the image), reached over real SSH.
+
+What a container cannot show and these can: the kernel's NFS client and server, RDMA through Soft-RoCE (rdma_rxe),
+module loading, udev, systemd boots and reboots, a Docker engine.
+
+Network rules of the test bed (nothing here reaches beyond the VMs and loopback):
+- management: QEMU's user network with `restrict=on` (the guest reaches nothing outside; no route out), SSH forwarded
+  from 127.0.0.1 only;
+- storage links: point-to-point virtio NICs whose frames QEMU carries as UDP datagrams between 127.0.0.1 ports
+  (`-netdev socket,udp=...,localaddr=127.0.0.1:...`). A link whose peer is down simply drops frames, as a cable to a
+  dead switch port would. No bridge, no tap device: the machine's own network is never touched.
+Each VM has its own copy-on-write disk over the cached image, so reboots keep its state.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import os
+import pathlib
+import shutil
+import subprocess
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+MANAGEMENT_MAC = "52:54:00:00:00:01"
+SSH_OPTIONS = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+               "-o", "ConnectTimeout=5", "-o", "LogLevel=ERROR"]
+
+
+def image() -> pathlib.Path:
+    """The cached image directory (built on first use: a few minutes)."""
+    proc = subprocess.run([str(HERE / "vm_image.sh")], capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])
+        raise RuntimeError(f"tests/infra/vm_image.sh exited {proc.returncode}:\n{tail}")
+    return pathlib.Path(proc.stdout.split()[-1])
+
+
+_ACCEL: str | None = None
+
+
+def accelerator(img: pathlib.Path) -> str:
+    """KVM only where a guest really runs on it: on this machine kind /dev/kvm opens but guests hang, so boot the kernel
+    once with KVM and look for its first words on the serial console; TCG otherwise. HICACHE_VM_ACCEL overrides."""
+    global _ACCEL
+    if _ACCEL is None:
+        _ACCEL = os.environ.get("HICACHE_VM_ACCEL") or _probe_kvm(img)
+    return _ACCEL
+
+
+def _probe_kvm(img: pathlib.Path) -> str:
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return "tcg"
+    try:
+        proc = subprocess.run(["qemu-system-x86_64", "-accel", "kvm", "-m", "256", "-display", "none", "-nodefaults",
+                               "-no-reboot", "-serial", "stdio", "-kernel", str(img / "vmlinuz"),
+                               "-append", "console=ttyS0 panic=-1 root=/dev/null"],
+                              capture_output=True, text=True, timeout=15)
+        return "kvm" if "Linux version" in proc.stdout else "tcg"
+    except subprocess.TimeoutExpired as timeout:
+        out = timeout.stdout.decode(errors="replace") if isinstance(timeout.stdout, bytes) else (timeout.stdout or "")
+        return "kvm" if "Linux version" in out else "tcg"
+
+
+@dataclasses.dataclass
+class Link:
+    """One end of a point-to-point storage link: this VM's NIC and the UDP ports QEMU carries its frames on."""
+    mac: str
+    local_port: int
+    remote_port: int
+
+
+class VM:
+    def __init__(self, name: str, workdir: pathlib.Path, key: pathlib.Path, ssh_port: int, links: list[Link] | None = None,
+                 memory_mb: int = 1280):
+        self.name, self.workdir, self.key, self.ssh_port = name, workdir, key, ssh_port
+        self.links = list(links or [])
+        self.memory_mb = memory_mb
+        self.disk = workdir / f"{name}.qcow2"
+        self.console = workdir / f"{name}.console.log"
+        self.proc: subprocess.Popen | None = None
+
+    # -- life cycle ------------------------------------------------------------------------------------------------
+    def create(self, img: pathlib.Path) -> VM:
+        self.image = img
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if not self.disk.exists():
+            subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2", "-b", str(img / "root.qcow2"), str(self.disk)],
+                           check=True)
+        return self
+
+    def command(self) -> list[str]:
+        pubkey = base64.b64encode((self.key.with_suffix(".pub")).read_bytes().strip()).decode()
+        accel = accelerator(self.image)
+        argv = ["qemu-system-x86_64", "-name", self.name, "-accel", accel if accel == "kvm" else "tcg,thread=single",
+                "-cpu", "max", "-smp", "1", "-m", str(self.memory_mb), "-nodefaults", "-display", "none",
+                "-serial", f"file:{self.console}", "-kernel", str(self.image / "vmlinuz"), "-initrd", str(self.image / "initrd.img"),
+                "-append", f"root=/dev/vda rw console=ttyS0 quiet loglevel=3 net.ifnames=1 systemd.hostname={self.name} hicache.sshkey={pubkey}",
+                "-drive", f"file={self.disk},if=virtio,format=qcow2,cache=unsafe",
+                "-netdev", f"user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:{self.ssh_port}-:22",
+                "-device", f"virtio-net-pci,netdev=mgmt,mac={MANAGEMENT_MAC},addr=0x3",
+                "-object", "rng-random,id=rng,filename=/dev/urandom", "-device", "virtio-rng-pci,rng=rng"]
+        for i, link in enumerate(self.links):
+            argv += ["-netdev", f"socket,id=st{i},udp=127.0.0.1:{link.remote_port},localaddr=127.0.0.1:{link.local_port}",
+                     "-device", f"virtio-net-pci,netdev=st{i},mac={link.mac},addr={hex(4 + i)}"]
+        return argv
+
+    def start(self) -> VM:
+        """Power on (QEMU runs until the guest powers off; a guest reboot resets it and boots the same kernel again)."""
+        with self.console.open("a") as log:
+            log.write(f"\n==== power on {time.strftime('%H:%M:%S')}\n")
+        self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=open(self.workdir / f"{self.name}.qemu.log", "a"))
+        return self
+
+    def wait_ssh(self, timeout: float = 420) -> VM:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name}: QEMU exited ({self.proc.returncode}); see {self.console}")
+            try:
+                if self.ssh("true", timeout=15).returncode == 0:
+                    return self
+            except subprocess.TimeoutExpired:
+                pass
+            time.sleep(2)
+        raise RuntimeError(f"{self.name}: no SSH on 127.0.0.1:{self.ssh_port} after {timeout:.0f} s; console: {self.console_tail()}")
+
+    def boot_id(self) -> str:
+        return self.ssh("cat /proc/sys/kernel/random/boot_id", check=True).stdout.strip()
+
+    def reboot(self, timeout: float = 420) -> VM:
+        """A real reboot: systemd stops every unit, the kernel restarts; returns when SSH answers on the new boot."""
+        before = self.boot_id()
+        self.ssh("systemctl reboot", timeout=30)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            time.sleep(3)
+            try:
+                proc = self.ssh("cat /proc/sys/kernel/random/boot_id", timeout=15)
+            except subprocess.TimeoutExpired:
+                continue
+            if proc.returncode == 0 and proc.stdout.strip() != before:
+                return self
+        raise RuntimeError(f"{self.name}: did not come back from a reboot in {timeout:.0f} s; console: {self.console_tail()}")
+
+    def power_off(self, timeout: float = 180) -> None:
+        """A clean shutdown; QEMU exits with the guest."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            self.ssh("systemctl poweroff", timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def console_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.console.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no console log)"
+
+    # -- remote commands ---------------------------------------------------------------------------------------------
+    def ssh(self, command: str, check: bool = False, timeout: float = 300) -> subprocess.CompletedProcess:
+        proc = subprocess.run(["ssh", "-q", "-i", str(self.key), "-p", str(self.ssh_port), *SSH_OPTIONS, "root@127.0.0.1", command],
+                              capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"{self.name}: `{command}` exited {proc.returncode}: {proc.stderr.strip() or proc.stdout.strip()}")
+        return proc
+
+    def read(self, path: str) -> str:
+        return self.ssh(f"cat {path}", check=True).stdout
+
+    def write(self, path: str, content: str, mode: str = "0644") -> None:
+        proc = subprocess.run(["ssh", "-q", "-i", str(self.key), "-p", str(self.ssh_port), *SSH_OPTIONS, "root@127.0.0.1",
+                               f"install -D -m {mode} /dev/stdin {path}"], input=content, capture_output=True, text=True, timeout=60)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{self.name}: cannot write {path}: {proc.stderr.strip()}")
+
+    def interface(self, mac: str) -> str:
+        """The kernel's name for the NIC with this MAC (predictable names depend on the PCI slot)."""
+        out = self.ssh(f"for i in /sys/class/net/*; do [ \"$(cat $i/address)\" = {mac} ] && basename $i; done; true", check=True).stdout.split()
+        if not out:
+            raise RuntimeError(f"{self.name}: no interface with MAC {mac}")
+        return out[0]
+
+
+def keypair(workdir: pathlib.Path) -> pathlib.Path:
+    key = workdir / "id_ed25519"
+    if not key.exists():
+        workdir.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    return key
+
+
+def cleanup(workdir: pathlib.Path, vms: list[VM]) -> None:
+    for vm in vms:
+        vm.kill()
+    shutil.rmtree(workdir, ignore_errors=True)
