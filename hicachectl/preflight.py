@@ -9,11 +9,13 @@ and *required*. Strictness only decides what a deploy does with a required missi
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from hicachectl import storage
 
 OK, MISSING, WARN, INFO, NOT_NEEDED = "ok", "missing", "warn", "info", "not needed"
+NOT_CHECKED = "not checked"  # the host cannot tell yet (e.g. the VAST driver's version before sunrpc is loaded)
 SUPPORTED_OS = {("debian", "12"), ("ubuntu", "22.04"), ("ubuntu", "24.04"), ("rhel", "9"), ("rocky", "9"), ("almalinux", "9")}
 ANSIBLE_WINDOW = ((2, 19), (2, 21))
 MELLANOX_VENDOR = "0x15b3"
@@ -59,7 +61,7 @@ def uses_rdma(d) -> bool:
     """Whether the L3 mount runs over RDMA (the last proto= option wins, as mount.nfs reads them)."""
     mount = storage.mount(d) if storage.is_nfs(d) else None
     protos = [o.partition("=")[2] for o in (mount.options if mount else ()) if o.startswith("proto=")]
-    return bool(protos) and protos[-1] == "rdma"
+    return bool(protos) and protos[-1] in ("rdma", "rdma6")
 
 
 def local_device(facts, d) -> tuple[bool, str]:
@@ -89,6 +91,97 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in text.split(".")[:2] if p.isdigit())
 
 
+# The vastnfs release that introduced (or first made safe) each option the L3 mount may carry, from vastnfs'
+# docs/src/ChangeLog.md and docs/src/usage/mount-params.md (benjarvis/vastnfs v4.0.33).
+VASTNFS_OPTION_VERSIONS = (
+    ("spread_reads", (4, 0, 16), "ChangeLog 4.0.16 adds spread_reads and spread_writes"),
+    ("spread_writes", (4, 0, 16), "ChangeLog 4.0.16 adds spread_reads and spread_writes"),
+    ("localports=<interface names>", (4, 0, 22), "ChangeLog 4.0.22: network device names in localports="),
+    ("localports_failover", (4, 0, 23), "ChangeLog 4.0.23 fixes localports_failover, broken before"),
+    ("relmtime", (4, 0, 25), "ChangeLog 4.0.25 adds relmtime"),
+    ("noextend", (4, 0, 26), "ChangeLog 4.0.26 adds noextend"),
+    ("optlockflush", (4, 0, 26), "ChangeLog 4.0.26 adds optlockflush"),
+    ("remoteports=dns", (4, 0, 29), "mount-params.md: do not use remoteports=dns before 4.0.29"),
+    ("remoteports=dns without nconnect", (4, 0, 30), "ChangeLog 4.0.30 fixes the mount failure with remoteports=dns and no nconnect"),
+    ("mdconnect", (4, 0, 33), "ChangeLog 4.0.33 adds mdconnect"),
+    ("nosharetransport", (4, 0, 33), "ChangeLog 4.0.33 adds nosharetransport and sharetransport"),
+    ("sharetransport", (4, 0, 33), "ChangeLog 4.0.33 adds nosharetransport and sharetransport"),
+)
+
+
+def vastnfs_version_tuple(text: str | None) -> tuple[int, int, int] | None:
+    """nfs_bundle_version as the packages set it (vastnfs build-deb.sh / build-rpm.sh: "<version>-vastdata<OFED>"); None for
+    a development build ("dev", build-info.h) or anything else without a leading x.y.z."""
+    match = re.match(r"v?(\d+)\.(\d+)\.(\d+)", (text or "").strip())
+    return tuple(int(g) for g in match.groups()) if match else None
+
+
+def vastnfs_options_used(d) -> list[str]:
+    """The VAST driver's version-gated options this host's mount uses, named as in VASTNFS_OPTION_VERSIONS."""
+    if d.storage_type != "vast":
+        return []
+    mount = storage.mount(d)
+    keys = {o.partition("=")[0]: o.partition("=")[2] for o in mount.options}
+    used = [name for name, _, _ in VASTNFS_OPTION_VERSIONS if "=" not in name and " " not in name and name in keys]
+    if keys.get("remoteports") == "dns":
+        used.append("remoteports=dns")
+        if "nconnect" not in keys:
+            used.append("remoteports=dns without nconnect")
+    if any(not storage._looks_like_ip(p) for p in (keys.get("localports") or "").split("~") if p and "-" not in p):
+        used.append("localports=<interface names>")
+    return used
+
+
+def vastnfs_needed_for(d) -> str | None:
+    """Why the mount needs the VAST NFS driver, or None: multipath (remoteports), or nconnect above the stock kernel's 16
+    (fs/nfs/fs_context.c NFS_MAX_CONNECTIONS; vastnfs allows 64)."""
+    if d.storage_type != "vast":
+        return None
+    reasons = []
+    if d.storage_remoteports:
+        reasons.append("VAST multipath (remoteports)")
+    if d.storage_nconnect and d.storage_nconnect > 16:
+        reasons.append(f"nconnect={d.storage_nconnect} (the stock kernel allows at most 16)")
+    return " and ".join(reasons) or None
+
+
+def vastnfs_present(facts) -> tuple[bool, str]:
+    """The VAST NFS driver, loaded (its sunrpc shows nfs_bundle_version) or installed and not loaded yet (modinfo of the
+    sunrpc that modprobe would load lists the parameter; hicache_host_facts' vastnfs_installed): before the first mount
+    sunrpc is often not loaded at all (vastnfs docs/src/monitoring/version.md)."""
+    version = facts.get("vastnfs_version")
+    if version:
+        return True, f"vastnfs {version} loaded"
+    installed = facts.get("vastnfs_installed")
+    if installed:
+        return True, "vastnfs installed (modinfo sunrpc lists nfs_bundle_version), not loaded yet: the mount loads it"
+    if installed is None:
+        return False, "the VAST NFS driver is not loaded, and without modinfo this host cannot tell whether it is installed"
+    return False, "the VAST NFS driver is neither loaded nor installed (the sunrpc module modprobe would load is the kernel's)"
+
+
+def vastnfs_version_check(facts, d) -> Check | None:
+    """The loaded driver's version against the options of this mount that need a newer one. Needs the loaded version:
+    installed but not loaded, or a build without a version, is "not checked", with why."""
+    used = vastnfs_options_used(d)
+    if not used or not (facts.get("vastnfs_version") or facts.get("vastnfs_installed")):
+        return None  # nothing gated, or no driver at all (the vastnfs item says so)
+    gates = [(name, low, why) for name, low, why in VASTNFS_OPTION_VERSIONS if name in used]
+    wanted = ", ".join(f"{name} {'.'.join(map(str, low))}+" for name, low, _ in gates)
+    version = facts.get("vastnfs_version")
+    if not version:
+        return Check("vastnfs_version", NOT_CHECKED, f"vastnfs is installed but sunrpc is not loaded, so its version is unknown before the "
+                                                    f"first mount (this mount needs {wanted}); `modprobe sunrpc` and run doctor again to check it",
+                     required=True)
+    loaded = vastnfs_version_tuple(version)
+    if loaded is None:
+        return Check("vastnfs_version", NOT_CHECKED, f"vastnfs {version} names no x.y.z release (this mount needs {wanted})", required=True)
+    old = [f"{name} needs {'.'.join(map(str, low))}+ ({why})" for name, low, why in gates if loaded < low]
+    if old:
+        return Check("vastnfs_version", MISSING, f"vastnfs {version} is too old: " + "; ".join(old), required=True)
+    return Check("vastnfs_version", OK, f"vastnfs {version} has every option of this mount ({wanted})", required=True)
+
+
 def needs(d) -> dict[str, str | None]:
     """What the inventory needs of a host: item -> why (None: not needed, and why not is in not_needed_why)."""
     nfs, rdma, container = storage.is_nfs(d), uses_rdma(d), d.container_runtime != "none"
@@ -99,7 +192,7 @@ def needs(d) -> dict[str, str | None]:
         "rdma": f"{tier} over proto=rdma" if rdma else None,
         "nfs_client": tier if nfs else None,
         "rpcrdma": f"{tier} over proto=rdma" if rdma else None,
-        "vastnfs": "VAST multipath (remoteports)" if d.storage_type == "vast" and d.storage_remoteports else None,
+        "vastnfs": vastnfs_needed_for(d),
         "l3_device": "the local L3 device" if not nfs and d.storage_device else None,
         "container_runtime": f"the server's {d.container_runtime} container" if container else None,
         "nvidia_container_toolkit": "GPUs in the server's container" if container else None,
@@ -112,7 +205,7 @@ def _not_needed_why(item: str, d) -> str:
     if item in ("rdma", "rpcrdma"):
         return "not needed: " + (f"the L3 tier is {d.storage_type}" if not storage.is_nfs(d) else "the mount does not use proto=rdma")
     if item == "vastnfs":
-        return "not needed: no VAST multipath (remoteports)"
+        return "not needed: no VAST multipath (remoteports) and nconnect at most 16"
     if item == "l3_device":
         return "not needed: the L3 tier is a plain directory"
     return "not needed: hicache_container_runtime is none (start.sh runs on the host)"
@@ -163,8 +256,11 @@ def judge(facts: dict[str, Any], d, ansible_version: str | None = None) -> list[
     checks.append(_judged("rdma", bool(rdma), ", ".join(rdma) if rdma else "no device in /sys/class/infiniband", needed, d))
     checks.append(_judged("nfs_client", *nfs_client(facts), needed, d))
     checks.append(_judged("rpcrdma", *rdma_transport(facts), needed, d))
-    version = facts.get("vastnfs_version")
-    checks.append(_judged("vastnfs", bool(version), f"vastnfs {version}" if version else "the VAST NFS driver is not loaded (remoteports/localports need it)", needed, d))
+    checks.append(_judged("vastnfs", *vastnfs_present(facts), needed, d))
+    if needed["vastnfs"]:
+        gated = vastnfs_version_check(facts, d)
+        if gated is not None:
+            checks.append(gated)
     if needed["l3_device"]:
         checks.append(_judged("l3_device", *local_device(facts, d), needed, d))
     disk = facts.get("disk", {})
@@ -192,6 +288,7 @@ def report(facts: dict[str, Any], d, ansible_version: str | None = None) -> dict
     return {"checks": [dataclasses.asdict(c) | {"blocking": c.blocking} for c in checks],
             "required_missing": [f"{c.item}: {c.detail}" for c in checks if c.blocking],
             "warnings": [f"{c.item}: {c.detail}" for c in checks if c.status == WARN],
+            "not_checked": [f"{c.item}: {c.detail}" for c in checks if c.status == NOT_CHECKED],
             "strict": bool(d.strict)}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 
 NFS_RDMA_PORT = 20049
 NETAPP_RDMA_MAX_RSIZE = 65536  # ONTAP: above 64 KiB, NFS over RDMA performs unstably
@@ -26,11 +27,26 @@ def _boot_safety(d) -> list[str]:
     return ["_netdev", "nofail", f"x-systemd.mount-timeout={d.storage_mount_timeout}"]
 
 
+def rdma_netid(server: str | None) -> str:
+    """The RDMA transport's netid for this server: xprtrdma registers "rdma" for IPv4 and "rdma6" for IPv6
+    (net/sunrpc/xprtrdma/transport.c, xprt_rdma's netid list), and mount.nfs picks the address family from proto=, so an
+    IPv6 server (in brackets, as hicache_storage_server takes it) needs proto=rdma6 (ONTAP docs, nfs-rdma). A host name
+    keeps proto=rdma: the mount then uses the name's IPv4 address; a name that resolves to IPv6 only needs
+    proto=rdma6 in hicache_storage_options (the last proto= wins)."""
+    address = (server or "").strip()
+    if address.startswith("[") and address.endswith("]"):
+        address = address[1:-1]
+    try:
+        return "rdma6" if ipaddress.ip_address(address).version == 6 else "rdma"
+    except ValueError:
+        return "rdma"
+
+
 def mount(d) -> Mount | None:
     """The mount for the host's L3 directory; None when the local tier is a plain directory."""
     extra = [str(o) for o in d.storage_options]
     if d.storage_type == "vast":
-        options = ["vers=3", "proto=rdma", f"port={NFS_RDMA_PORT}"]
+        options = ["vers=3", f"proto={rdma_netid(d.storage_server)}", f"port={NFS_RDMA_PORT}"]
         if d.storage_nconnect:
             options.append(f"nconnect={d.storage_nconnect}")
         if d.storage_remoteports:
@@ -43,7 +59,9 @@ def mount(d) -> Mount | None:
         return Mount(f"{d.storage_server}:{d.storage_export}", d.cache_dir, "nfs", tuple(options + extra + _boot_safety(d)))
     if d.storage_type == "netapp":
         rsize = d.storage_rsize or NETAPP_RDMA_MAX_RSIZE
-        options = ["vers=4.1", "proto=rdma", f"port={NFS_RDMA_PORT}", f"rsize={rsize}", f"wsize={rsize}"]
+        options = ["vers=4.1", f"proto={rdma_netid(d.storage_server)}", f"port={NFS_RDMA_PORT}", f"rsize={rsize}", f"wsize={rsize}"]
+        if d.storage_nconnect:  # with pNFS, where session trunking is not used (rules/storage.py refuses the two together)
+            options.append(f"nconnect={d.storage_nconnect}")
         return Mount(f"{d.storage_server}:{d.storage_export}", d.cache_dir, "nfs", tuple(options + extra + _boot_safety(d)))
     if d.storage_device and d.cache_dir:
         return Mount(d.storage_device, d.cache_dir, d.storage_fstype, tuple(["defaults"] + extra + _boot_safety(d)[1:]))
@@ -52,6 +70,12 @@ def mount(d) -> Mount | None:
 
 def is_nfs(d) -> bool:
     return d.storage_type in ("vast", "netapp")
+
+
+def mount_point(d) -> str | None:
+    """Where mount() mounts the L3 tier (hicache_cache_dir), None when the tier is a plain directory; reads only what
+    decides that, so a role that needs the point (the server's unit) does not read the mount's options."""
+    return d.cache_dir if d.cache_dir and (is_nfs(d) or d.storage_device) else None
 
 
 # fstab's ways of naming a block device by what is on it, and where udev links them (/dev/disk/by-*).
@@ -80,20 +104,107 @@ def nfsrahead_conf(d) -> str:
     return f"# Managed by hicache-deploy: NFS read-ahead for the L3 tier.\n[nfsrahead]\nnfs={d.storage_read_ahead_kb}\nnfs4={d.storage_read_ahead_kb}\n"
 
 
-def sunrpc_modprobe_conf(d) -> str:
-    slots = d.storage_sunrpc_slots
-    return f"# Managed by hicache-deploy.\noptions sunrpc tcp_slot_table_entries={slots} tcp_max_slot_table_entries={slots}\n"
+# Written by the storage role before the mount, kept by it ever after (an older role wrote TCP slot options here).
+OLD_SUNRPC_MODPROBE_FILE = "/etc/modprobe.d/hicache-sunrpc.conf"
+MODULES_LOAD_FILE = "/etc/modules-load.d/hicache-rpcrdma.conf"
+SYSCTL_FILE = "/etc/sysctl.d/90-hicache-storage.conf"
 
 
-def rp_filter_sysctls(d) -> dict[str, str]:
-    """localports multipath needs reverse-path filtering off on every local port (VAST KB)."""
+def uses_rdma(d) -> bool:
+    return is_nfs(d)  # both NFS tiers mount with proto=rdma (mount() above)
+
+
+def modules_load_conf(d) -> str | None:
+    """xprtrdma registers its sysctls (sunrpc.rdma_*) only once rpcrdma is loaded (net/sunrpc/xprtrdma/transport.c,
+    xprt_rdma_init); systemd-sysctl.service runs after systemd-modules-load.service, so loading it at boot makes the
+    persisted slot table count land before any mount. None: nothing to load."""
+    if not uses_rdma(d) or d.storage_sunrpc_slots is None:
+        return None
+    return "# Managed by hicache-deploy: NFS over RDMA; loaded at boot so that sunrpc.rdma_slot_table_entries applies.\nrpcrdma\n"
+
+
+def sunrpc_sysctls(d) -> dict[str, str]:
+    """NFS over RDMA takes its RPC slots from xprtrdma's table (sunrpc.rdma_slot_table_entries, 4-256, default 128),
+    read when a transport is created, i.e. at mount time. The tcp_*slot_table_entries knobs apply to TCP mounts only,
+    and lowering tcp_max_slot_table_entries below the kernel's 65536 only harms them: this role never sets them."""
+    if not uses_rdma(d) or d.storage_sunrpc_slots is None:
+        return {}
+    return {"sunrpc.rdma_slot_table_entries": str(d.storage_sunrpc_slots)}
+
+
+def sysctl_key(*parts: str) -> str:
+    """A sysctl name for sysctl.d and for /proc/sys, in slash form: sysctl.d(5) keeps dots inside a name whose first
+    separator is a slash, so a VLAN such as ens1f0.100 stays one path component (net/ipv4/conf/ens1f0.100/rp_filter)."""
+    return "/".join(parts)
+
+
+def multipath_interfaces(d, facts: dict | None) -> tuple[list[str], list[str]]:
+    """The local interfaces behind localports: names as given, addresses through the host facts' interfaces.
+    Returns (interfaces, localports whose interface this host does not show)."""
+    by_address = {}
+    for nic in (facts or {}).get("interfaces") or []:
+        for address in nic.get("addresses") or []:
+            by_address[address] = nic["name"]
+    names, unknown = [], []
+    for port in map(str, d.storage_localports or []):
+        name = by_address.get(port) if _looks_like_ip(port) else port
+        if name is None:
+            unknown.append(port)
+        elif name not in names:
+            names.append(name)
+    return names, unknown
+
+
+def rp_filter_sysctls(d, facts: dict | None = None) -> dict[str, str]:
+    """localports multipath needs reverse-path filtering off on each local port (VAST KB). The kernel filters with
+    the larger of conf/all and conf/<interface> (Documentation/networking/ip-sysctl.rst, rp_filter), so both must be 0
+    for the storage ports; every other interface keeps the filtering it had, by raising its own value (and conf/default,
+    for interfaces that appear later) to what conf/all gave it before."""
     if d.storage_type != "vast" or not d.storage_localports:
         return {}
-    keys = {"net.ipv4.conf.all.rp_filter": "0"}
-    for port in d.storage_localports:
-        if not _looks_like_ip(str(port)):
-            keys[f"net.ipv4.conf.{port}.rp_filter"] = "0"
+    ports, _ = multipath_interfaces(d, facts)
+    keys = {sysctl_key("net", "ipv4", "conf", "all", "rp_filter"): "0"}
+    for port in ports:
+        keys[sysctl_key("net", "ipv4", "conf", port, "rp_filter")] = "0"
+    current = (facts or {}).get("rp_filter") or {}
+    floor = _int(current.get("all"))
+    if floor:
+        for name, value in sorted(current.items()):
+            if name in ("all", "lo") or name in ports:
+                continue
+            if _int(value) < floor:
+                keys[sysctl_key("net", "ipv4", "conf", name, "rp_filter")] = str(floor)
     return keys
+
+
+def _int(text) -> int:
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        return 0
+
+
+def sysctl_conf(sysctls: dict[str, str]) -> str | None:
+    if not sysctls:
+        return None
+    lines = ["# Managed by hicache-deploy: the L3 tier's kernel values (NFS over RDMA slots, multipath reverse-path filtering)."]
+    return "\n".join(lines + [f"{key} = {value}" for key, value in sysctls.items()]) + "\n"
+
+
+NFSRAHEAD_FILE = "/etc/nfs.conf.d/hicache-readahead.conf"
+
+
+def host_files(d, sysctls: dict[str, str]) -> tuple[list[dict[str, str]], list[dict[str, str]], list[str]]:
+    """What the storage role persists before any mount, as hicache_files takes it: the directories and files it keeps
+    (root's, 0755 and 0644) and the files it removes (its own that this tier does not need, and what older releases wrote)."""
+    wanted = {NFSRAHEAD_FILE: nfsrahead_conf(d) if is_nfs(d) and d.storage_read_ahead_kb is not None else None,
+              MODULES_LOAD_FILE: modules_load_conf(d), SYSCTL_FILE: sysctl_conf(sysctls)}
+    files = [{"path": path, "content": content, "owner": "root", "group": "root", "mode": "0644"}
+             for path, content in wanted.items() if content is not None]
+    directories = [{"path": path, "owner": "root", "group": "root", "mode": "0755"}
+                   for path in dict.fromkeys(f["path"].rsplit("/", 1)[0] for f in files)]
+    absent = [path for path, content in wanted.items() if content is None] + [OLD_SUNRPC_MODPROBE_FILE]
+    return directories, files, absent
 
 
 def _looks_like_ip(text: str) -> bool:
@@ -104,3 +215,20 @@ def _looks_like_ip(text: str) -> bool:
         return True
     except ValueError:
         return False
+
+
+def read_ahead_persistence(facts: dict | None) -> tuple[bool, str]:
+    """No mount option sets NFS read-ahead: nfs-utils' udev rule runs nfsrahead (tools/nfsrahead/) each time an NFS
+    bdi appears, and nfsrahead reads the [nfsrahead] section this role writes. So the value survives a remount or a
+    reboot only where nfsrahead, a udev rule that runs it, and a running udevd are all there."""
+    if facts is None:
+        return False, "the host was not read"
+    nfsrahead = (facts.get("tools") or {}).get("nfsrahead")
+    rule = facts.get("nfsrahead_udev_rule")
+    missing = [what for what, present in (
+        ("nfsrahead (nfs-common / nfs-utils 2.6 or newer)", nfsrahead),
+        ("a udev rule that runs it (nfs-utils' 99-nfs.rules)", rule),
+        ("a running udevd (systemd-udevd)", facts.get("udevd_running"))) if not present]
+    if missing:
+        return False, "read-ahead is set on the live mount only, not persistent across a remount or a reboot: no " + ", no ".join(missing)
+    return True, f"nfsrahead {nfsrahead} through {rule}"

@@ -45,7 +45,7 @@ ATTACKS = [
 
 # Which shipped inventory makes each variable reach its files, and what else it needs to be rendered at all.
 SEED = {"hicache_storage_device": "local", "hicache_storage_fstype": "local", "hicache_extra_config_file": "netapp"}
-EXTRA = {"hicache_storage_fstype": {"hicache_storage_device": "/dev/nvme1n1"},
+EXTRA = {"hicache_storage_fstype": {"hicache_storage_device": "/dev/nvme1n1"}, "hicache_storage_device": {"hicache_storage_device": "/dev/nvme1n1"},
          "hicache_model_repo": {"hicache_model_source": "hub"}, "hicache_model_revision": {"hicache_model_source": "hub", "hicache_model_repo": "org/model"},
          "hicache_model_files": {"hicache_model_source": "path"}}
 DICT_KEY = {"hicache_container_env": "INJECTED", "hicache_host_sysctls": "net.core.rmem_max", "hicache_container_ulimits": "memlock",
@@ -170,6 +170,8 @@ def check_unit(d, name: str, text: str) -> None:
         assert unit_words(value["ExecStop"]) == [d.container_runtime, "stop", "-t", "60", d.container_name]
     if "RequiresMountsFor" in value:
         assert unit_words(value["RequiresMountsFor"]) == [d.cache_dir]
+    if "ExecStartPre" in value:  # the last one: no server without the L3 mount (test_l3_mount_unit.py)
+        assert unit_words(value["ExecStartPre"]) == ["/bin/mountpoint", "-q", d.cache_dir]
     assert re.fullmatch(r"[A-Za-z0-9_.-]+\.service", render.unit_name(d)), render.unit_name(d)
     if _ANALYZE:
         assert systemd_analyze(render.unit_name(d), text) == []
@@ -218,7 +220,12 @@ def check_other_files(d, files: dict[str, str]) -> None:
     if mount is not None:
         assert "\n" not in mount.fstab_line and len(mount.fstab_line.split()) == 6, mount.fstab_line
         assert mount.fstab_line.split()[:3] == [mount.source, mount.point, mount.fstype]
-    assert len(storage.sunrpc_modprobe_conf(d).splitlines()) == 2 and len(storage.sunrpc_modprobe_conf(d).splitlines()[1].split()) == 4
+    sysctls = {**storage.sunrpc_sysctls(d), **storage.rp_filter_sysctls(d)}
+    storage_sysctl = storage.sysctl_conf(sysctls)
+    if storage_sysctl:  # one `key = value` line per value, each key one sysctl name (interface names from localports)
+        lines = storage_sysctl.splitlines()[1:]
+        assert [line.split(" = ", 1)[0] for line in lines] == list(sysctls)
+        assert all(re.fullmatch(r"[A-Za-z0-9_./:@+-]+ = [0-9]+", line) for line in lines), storage_sysctl
     nfs = configparser.ConfigParser(strict=True, interpolation=None)
     nfs.read_string(storage.nfsrahead_conf(d))
     assert dict(nfs["nfsrahead"]) == {"nfs": str(d.storage_read_ahead_kb), "nfs4": str(d.storage_read_ahead_kb)}

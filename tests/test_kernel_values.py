@@ -111,3 +111,12 @@ def test_a_value_that_cannot_be_read_is_unavailable(proc):
     decided = kv.decide({"vm.drop_caches": 3}, False, str(proc))
     assert decided["unavailable"]["vm.drop_caches"].startswith("reading /proc/sys/vm/drop_caches failed: ")
     assert kv.outcome(decided, strict=True)["failed"] is True
+
+
+def test_sysctl_names_are_read_as_sysctl_d_reads_them():
+    """sysctl.d(5): a name whose first separator is a slash keeps its dots (a VLAN interface such as ens1f0.100);
+    one whose first separator is a dot has dots and slashes swapped."""
+    assert kv.path_of("net/ipv4/conf/ens1f0.100/rp_filter") == "/proc/sys/net/ipv4/conf/ens1f0.100/rp_filter"
+    assert kv.path_of("net.ipv4.conf.ens1f0/100.rp_filter") == "/proc/sys/net/ipv4/conf/ens1f0.100/rp_filter"
+    assert kv.path_of("net.ipv4.conf.all.rp_filter") == "/proc/sys/net/ipv4/conf/all/rp_filter"
+    assert kv.path_of("/sys/class/bdi/0:43/read_ahead_kb", "/root") == "/root/sys/class/bdi/0:43/read_ahead_kb"

@@ -96,7 +96,7 @@ def test_the_runtime_and_toolkit_are_needed_only_for_a_container():
 
 
 def test_vastnfs_only_for_multipath_and_rdma_only_over_rdma():
-    single_path = statuses(BARE, deployment("vast", storage_remoteports=None, storage_localports=[]))
+    single_path = statuses(BARE, deployment("vast", storage_remoteports=None, storage_localports=[], storage_nconnect=16))
     assert single_path["vastnfs"] == preflight.NOT_NEEDED and single_path["rpcrdma"] == preflight.MISSING
     over_tcp = statuses(BARE, deployment("netapp", storage_options=["proto=tcp"]))
     assert over_tcp["rpcrdma"] == over_tcp["rdma"] == preflight.NOT_NEEDED
@@ -133,3 +133,51 @@ def test_old_os_warns_and_python_and_ansible_are_required():
     judged = {c.item: c for c in preflight.judge(old, deployment("vast"), ansible_version="2.14.0")}
     assert judged["os"].status == preflight.WARN and not judged["os"].blocking
     assert judged["python"].blocking and judged["ansible"].blocking
+
+
+# vastnfs before the first mount: hicache_host_facts reads vastnfs_installed from `modinfo -F parmtype sunrpc` (vastnfs'
+# bundle/net/sunrpc/sunrpc_syms.c declares nfs_bundle_version with module_param_string); nfs_bundle_version in /sys exists
+# only once sunrpc is loaded (vastnfs docs/src/monitoring/version.md).
+INSTALLED_NOT_LOADED = {**FULL, "vastnfs_version": None, "vastnfs_installed": True}
+
+
+def test_vastnfs_installed_but_not_loaded_is_not_missing():
+    judged = {c.item: c for c in preflight.judge(INSTALLED_NOT_LOADED, deployment("vast"))}
+    assert judged["vastnfs"].status == preflight.OK and "not loaded yet" in judged["vastnfs"].detail
+    assert not preflight.report(INSTALLED_NOT_LOADED, deployment("vast"))["required_missing"]
+    neither = {**FULL, "vastnfs_version": None, "vastnfs_installed": False}
+    assert {c.item: c.status for c in preflight.judge(neither, deployment("vast"))}["vastnfs"] == preflight.MISSING
+
+
+def test_nconnect_above_16_needs_vastnfs_even_without_multipath():
+    # the stock kernel's fs/nfs/fs_context.c: NFS_MAX_CONNECTIONS 16; vastnfs' bundle/fs/nfs/fs_context.c: 64
+    stock = {**FULL, "vastnfs_version": None, "vastnfs_installed": False}
+    wide = deployment("vast", storage_remoteports=None, storage_localports=[], storage_nconnect=32)
+    judged = {c.item: c for c in preflight.judge(stock, wide)}
+    assert judged["vastnfs"].blocking and "nconnect=32" in judged["vastnfs"].detail
+    assert statuses(stock, deployment("vast", storage_remoteports=None, storage_localports=[], storage_nconnect=16))["vastnfs"] == preflight.NOT_NEEDED
+
+
+def test_a_version_gated_option_is_judged_on_the_loaded_version_only():
+    dns = deployment("vast", storage_remoteports="dns", storage_localports=[])
+    old = {c.item: c for c in preflight.judge({**FULL, "vastnfs_version": "4.0.28-vastdata-MLNX.OFED.5.9"}, dns)}
+    assert old["vastnfs_version"].blocking and "remoteports=dns needs 4.0.29+" in old["vastnfs_version"].detail
+    new = {c.item: c for c in preflight.judge({**FULL, "vastnfs_version": "4.0.33-vastdata"}, dns)}
+    assert new["vastnfs_version"].status == preflight.OK
+    # installed, not loaded: the version is unknown before the first mount: "not checked", never a failure
+    unknown = {c.item: c for c in preflight.judge(INSTALLED_NOT_LOADED, dns)}
+    assert unknown["vastnfs_version"].status == preflight.NOT_CHECKED and not unknown["vastnfs_version"].blocking
+    assert "sunrpc is not loaded" in unknown["vastnfs_version"].detail
+    assert preflight.report(INSTALLED_NOT_LOADED, dns)["not_checked"]
+
+
+def test_remoteports_dns_without_nconnect_needs_4_0_30():
+    dns_alone = deployment("vast", storage_remoteports="dns", storage_localports=[], storage_nconnect=None)
+    judged = {c.item: c for c in preflight.judge({**FULL, "vastnfs_version": "4.0.29"}, dns_alone)}
+    assert judged["vastnfs_version"].blocking and "without nconnect needs 4.0.30+" in judged["vastnfs_version"].detail
+    assert preflight.vastnfs_version_tuple("dev") is None and preflight.vastnfs_version_tuple("4.0.33-vastdata") == (4, 0, 33)
+
+
+def test_an_ipv6_netapp_server_still_needs_rpcrdma():
+    # proto=rdma6 is still NFS over RDMA (net/sunrpc/xprtrdma/transport.c registers netids rdma and rdma6)
+    assert statuses(BARE, deployment("netapp", storage_server="[fd00::10]"))["rpcrdma"] == preflight.MISSING

@@ -28,8 +28,41 @@ def test_local_tier_is_a_directory_or_a_device():
 def test_nfs_tuning_files():
     d = deployment("vast")
     assert "nfs=8192" in storage.nfsrahead_conf(d) and "nfs4=8192" in storage.nfsrahead_conf(d)
-    assert "tcp_slot_table_entries=128 tcp_max_slot_table_entries=128" in storage.sunrpc_modprobe_conf(d)
-    assert storage.rp_filter_sysctls(deployment("vast", storage_localports=["192.0.2.101"])) == {"net.ipv4.conf.all.rp_filter": "0"}
+    # NFS over RDMA takes its slots from xprtrdma's table; the TCP tables (tcp_max_slot_table_entries: 65536) are left alone.
+    assert storage.sunrpc_sysctls(d) == {"sunrpc.rdma_slot_table_entries": "128"}
+    assert storage.modules_load_conf(d).splitlines()[-1] == "rpcrdma"
+    directories, files, absent = storage.host_files(d, storage.sunrpc_sysctls(d))
+    text = "".join(f["content"] for f in files)
+    assert "tcp_" not in text and "sunrpc.rdma_slot_table_entries = 128" in text
+    assert storage.OLD_SUNRPC_MODPROBE_FILE in absent  # an older release's TCP options are removed
+    assert {f["path"] for f in files} == {storage.NFSRAHEAD_FILE, storage.MODULES_LOAD_FILE, storage.SYSCTL_FILE}
+    assert storage.host_files(deployment("local"), {})[1] == []  # a local tier persists nothing
+
+
+def test_rp_filter_is_off_on_the_multipath_ports_and_all_and_kept_elsewhere():
+    facts = {"interfaces": [{"name": "ens1f0", "addresses": ["198.18.1.2"]}, {"name": "ens1f1.100", "addresses": ["198.18.2.2"]},
+                            {"name": "eno1", "addresses": ["198.51.100.7"]}],
+             "rp_filter": {"all": "1", "default": "0", "lo": "0", "ens1f0": "1", "ens1f1.100": "0", "eno1": "0", "eno2": "2"}}
+    d = deployment("vast", storage_localports=["198.18.1.2", "ens1f1.100"])
+    keys = storage.rp_filter_sysctls(d, facts)
+    # Slash form (sysctl.d(5)): the VLAN's dot stays inside its path component.
+    assert keys["net/ipv4/conf/all/rp_filter"] == "0"
+    assert keys["net/ipv4/conf/ens1f0/rp_filter"] == "0" and keys["net/ipv4/conf/ens1f1.100/rp_filter"] == "0"
+    # The kernel filters with max(all, interface): eno1 was strict through `all`; it stays strict, as new interfaces do.
+    assert keys["net/ipv4/conf/eno1/rp_filter"] == "1" and keys["net/ipv4/conf/default/rp_filter"] == "1"
+    assert "net/ipv4/conf/lo/rp_filter" not in keys and "net/ipv4/conf/eno2/rp_filter" not in keys  # 2 (loose) is above the floor already
+    # An address no interface holds is named, not guessed.
+    assert storage.multipath_interfaces(deployment("vast", storage_localports=["198.18.9.9"]), facts) == ([], ["198.18.9.9"])
+    assert storage.rp_filter_sysctls(deployment("vast", storage_localports=[]), facts) == {}  # no localports, nothing to turn off
+
+
+def test_read_ahead_persists_only_with_nfsrahead_its_rule_and_udevd():
+    facts = {"tools": {"nfsrahead": "/usr/libexec/nfsrahead"}, "nfsrahead_udev_rule": "/usr/lib/udev/rules.d/99-nfs.rules", "udevd_running": True}
+    assert storage.read_ahead_persistence(facts)[0]
+    ok, why = storage.read_ahead_persistence({**facts, "udevd_running": False})
+    assert not ok and "not persistent" in why and "udevd" in why
+    ok, why = storage.read_ahead_persistence({**facts, "tools": {"nfsrahead": None}, "nfsrahead_udev_rule": None})
+    assert not ok and "no nfsrahead" in why and "udev rule" in why
 
 
 def test_uuid_and_label_sources_resolve_through_the_hosts_links():
@@ -59,3 +92,13 @@ def test_host_facts_map_udev_links_to_devices(tmp_path):
     dirs = {"UUID": str(tmp_path / "by-uuid"), "LABEL": str(tmp_path / "by-label"), "PARTUUID": str(tmp_path / "absent")}
     device = str(tmp_path / "dev/nvme1n1")
     assert facts.block_ids(dirs) == {"UUID=1234-abcd": device, "LABEL=kv cache": device}
+
+
+def test_netapp_mount_carries_nconnect_and_an_ipv6_server_mounts_with_rdma6():
+    # xprtrdma's netids are rdma and rdma6 (net/sunrpc/xprtrdma/transport.c); ONTAP's NFS over RDMA docs: rdma6 for IPv6
+    options = storage.mount(deployment("netapp", storage_nconnect=8)).options
+    assert "nconnect=8" in options and "proto=rdma" in options
+    v6 = storage.mount(deployment("netapp", storage_server="[fd00::10]"))
+    assert "proto=rdma6" in v6.options and "proto=rdma" not in v6.options and v6.source == "[fd00::10]:/kvcache"
+    assert "proto=rdma" in storage.mount(deployment("netapp", storage_server="192.0.2.10")).options
+    assert storage.rdma_netid("netapp-lif.example.com") == "rdma"  # a name keeps rdma (see rdma_netid)

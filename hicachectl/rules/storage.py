@@ -9,6 +9,13 @@ import math
 from hicachectl.model import PREFIX
 from hicachectl.rules.findings import rule
 
+# The stock kernel's NFS client refuses nconnect above 16 (fs/nfs/fs_context.c, NFS_MAX_CONNECTIONS 16); vastnfs raises
+# the bound to 64 and refuses more (vastnfs bundle/fs/nfs/fs_context.c, NFS_MAX_CONNECTIONS 64, Opt_nconnect).
+KERNEL_MAX_NCONNECT = 16
+VASTNFS_MAX_NCONNECT = 64
+# ONTAP accepts at most 16 nconnect connections per mount (NetApp ONTAP docs; /work/shared/reference/host-tuning.md).
+ONTAP_MAX_NCONNECT = 16
+
 
 def remote_port_count(spec: str | None) -> int | None:
     """Count VAST `remoteports`: 'a-b' ranges joined by '~'; None for 'dns' or unparsable."""
@@ -38,10 +45,7 @@ def _storage(d, out):
         if not d.cache_dir:
             out.error("hicache_cache_dir", "storage-required", f"a {kind} mount needs a mount point.", "set hicache_cache_dir.")
     if kind == "netapp":
-        if d.storage_nconnect is not None:
-            out.error("hicache_storage_nconnect", "pnfs-nconnect",
-                      "NetApp pNFS and session trunking do not work properly together with nconnect (ONTAP docs).",
-                      "remove hicache_storage_nconnect; pNFS spreads I/O over the data LIFs itself.")
+        _netapp_nconnect(d, out)
         if d.storage_remoteports or d.storage_localports:
             out.error("hicache_storage_remoteports", "vast-only-option", "remoteports/localports are options of the VAST NFS driver.", "remove them for NetApp.")
         if d.storage_rsize is not None and d.storage_rsize > 65536:
@@ -50,6 +54,32 @@ def _storage(d, out):
         out.error("hicache_storage_type", "nfs-option-on-local", "NFS options are set but the L3 tier is local.", "remove them, or set hicache_storage_type: vast or netapp.")
     if kind == "vast":
         _vast(d, out)
+
+
+def trunking_option(options) -> str | None:
+    """The option that turns on NFSv4.1 session trunking (the kernel's max_connect=, fs/nfs/fs_context.c Opt_max_connect),
+    as given in hicache_storage_options; None: no trunking."""
+    for option in map(str, options or ()):
+        key, _, value = option.partition("=")
+        if key.strip() == "max_connect" and value.strip() not in ("", "1"):
+            return option
+    return None
+
+
+def _netapp_nconnect(d, out):
+    """ONTAP's pNFS docs (pnfs/pnfs-plan-concept.adoc): pNFS works with nconnect or with session trunking, not with both at
+    once; ONTAP allows up to 16 connections."""
+    nconnect = d.storage_nconnect
+    if nconnect is None:
+        return
+    trunking = trunking_option(d.storage_options)
+    if trunking:
+        out.error("hicache_storage_nconnect", "pnfs-nconnect-trunking",
+                  f"nconnect={nconnect} together with session trunking ({trunking} in hicache_storage_options): ONTAP's pNFS works with one or the other, not both.",
+                  f"remove hicache_storage_nconnect, or remove {trunking} from hicache_storage_options.")
+    if nconnect > ONTAP_MAX_NCONNECT:
+        out.error("hicache_storage_nconnect", "range", f"{nconnect}: ONTAP allows at most {ONTAP_MAX_NCONNECT} nconnect connections.",
+                  f"use at most {ONTAP_MAX_NCONNECT}.")
 
 
 def _vast(d, out):
@@ -65,7 +95,14 @@ def _vast(d, out):
     if nconnect < 1:
         out.error("hicache_storage_nconnect", "range", f"{nconnect} must be at least 1.", "use e.g. 8.")
         return
-    if ports and nconnect % ports:
+    if nconnect > VASTNFS_MAX_NCONNECT:
+        out.error("hicache_storage_nconnect", "range",
+                  f"{nconnect}: the VAST NFS driver refuses nconnect above {VASTNFS_MAX_NCONNECT} (the stock kernel above {KERNEL_MAX_NCONNECT}); the mount would fail.",
+                  f"use at most {VASTNFS_MAX_NCONNECT}.")
+        return
+    # nconnect below the number of remote ports is documented usage: the driver picks a sub-range of them (vastnfs
+    # docs/src/usage/mount-params.md, "Multipath mount examples", remoteports_offset): only an uneven spread above it warns.
+    if ports and nconnect > ports and nconnect % ports:
         out.warn("hicache_storage_nconnect", "nconnect-ports", f"{nconnect} connections over {ports} remote ports load them unevenly.",
                  f"use a multiple of {ports}, e.g. {max(ports, round(nconnect / ports) * ports)}.")
     if d.storage_link_gbps:

@@ -79,7 +79,7 @@ hicache_host:
       type: list
       elements: str
     interfaces:
-      description: The network interfaces with driver, PCI vendor and address, MTU, NUMA node, local CPUs, state and speed.
+      description: The network interfaces with driver, PCI vendor and address, MTU, NUMA node, local CPUs, state, speed and IP C(addresses).
       type: list
       elements: dict
     rdma_devices:
@@ -89,6 +89,9 @@ hicache_host:
     vastnfs_version:
       description: The VAST NFS bundle version of the loaded sunrpc module, or null.
       type: str
+    vastnfs_installed:
+      description: Whether the sunrpc module modprobe would load is VAST's (modinfo lists its nfs_bundle_version parameter), before it is loaded; null without modinfo.
+      type: bool
     gpus:
       description: C(count) and C(names) of the GPUs C(nvidia-smi -L) lists, and its C(error) (null when it answered).
       type: dict
@@ -104,6 +107,18 @@ hicache_host:
     sunrpc_sysctl:
       description: The sunrpc C(tcp_slot_table_entries), or null.
       type: str
+    rdma_slot_table_entries:
+      description: xprtrdma's C(sunrpc.rdma_slot_table_entries), or null while rpcrdma is not loaded.
+      type: str
+    rp_filter:
+      description: Reverse-path filtering of each interface and of C(all) and C(default) (/proc/sys/net/ipv4/conf/*/rp_filter).
+      type: dict
+    nfsrahead_udev_rule:
+      description: The udev rule file that runs nfsrahead when an NFS mount appears, or null.
+      type: str
+    udevd_running:
+      description: Whether udevd runs (/run/udev/control), without which no udev rule runs.
+      type: bool
     systemd:
       description: Whether systemd runs the host.
       type: bool
@@ -129,6 +144,7 @@ hicache_host:
       sample: {"UUID=1234-abcd": /dev/nvme1n1}
 """
 
+import json
 import os
 import platform
 import re
@@ -199,6 +215,7 @@ def kernel_modules(release):
 
 def interfaces():
     out = []
+    addresses = interface_addresses()
     base = "/sys/class/net"
     for name in sorted(os.listdir(base)) if os.path.isdir(base) else []:
         device = os.path.join(base, name, "device")
@@ -213,8 +230,52 @@ def interfaces():
             "local_cpulist": read(os.path.join(device, "local_cpulist")),
             "operstate": read(os.path.join(base, name, "operstate")),
             "speed_mbps": read(os.path.join(base, name, "speed")),
+            "addresses": addresses.get(name, []),
         })
     return out
+
+
+def interface_addresses():
+    """{interface: [address, ...]} from `ip -j address` (iproute2), {} where it cannot run."""
+    ip = which("ip")
+    if not ip:
+        return {}
+    try:
+        proc = subprocess.run([ip, "-j", "address", "show"], capture_output=True, text=True, timeout=10, check=False)  # a failure is reported as no addresses
+        links = json.loads(proc.stdout or "[]") if proc.returncode == 0 else []
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return {}
+    return {link.get("ifname"): [a.get("local") for a in link.get("addr_info") or [] if a.get("local")] for link in links}
+
+
+def rp_filter():
+    """Reverse-path filtering per interface, and `all` and `default` (/proc/sys/net/ipv4/conf/*/rp_filter)."""
+    base = "/proc/sys/net/ipv4/conf"
+    return {name: read(os.path.join(base, name, "rp_filter")) for name in sorted(os.listdir(base))} if os.path.isdir(base) else {}
+
+
+UDEV_RULE_DIRS = ("/etc/udev/rules.d", "/run/udev/rules.d", "/usr/lib/udev/rules.d", "/lib/udev/rules.d")
+
+
+def nfsrahead_udev_rule():
+    """The udev rule file that runs nfsrahead for a new NFS bdi (nfs-utils ships 99-nfs.rules), or None."""
+    for directory in UDEV_RULE_DIRS:
+        for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
+            if name.endswith(".rules") and "nfsrahead" in (read(os.path.join(directory, name), "") or ""):
+                return os.path.join(directory, name)
+    return None
+
+
+def vastnfs_installed(module):
+    """Whether the sunrpc module that modprobe would load is VAST's (vastnfs' bundle/net/sunrpc/sunrpc_syms.c declares the
+    module_param_string nfs_bundle_version, which modinfo lists as a parmtype), before anything loaded it."""
+    modinfo = module.get_bin_path("modinfo")
+    if not modinfo:
+        return None
+    rc, out, dummy = module.run_command([modinfo, "-F", "parmtype", "sunrpc"])
+    if rc != 0:
+        return False
+    return any(line.startswith("nfs_bundle_version:") for line in out.splitlines())
 
 
 def gpus(nvidia_smi):
@@ -301,11 +362,16 @@ def main():
         "interfaces": interfaces(),
         "rdma_devices": sorted(os.listdir("/sys/class/infiniband")) if os.path.isdir("/sys/class/infiniband") else [],
         "vastnfs_version": read("/sys/module/sunrpc/parameters/nfs_bundle_version"),
+        "vastnfs_installed": vastnfs_installed(module),
         "gpus": gpus(tools["nvidia-smi"]),
         "runtime_engines": {name: engine(tools[name], probe) for name, probe in ENGINE_PROBES.items()},
         "mem_total_gb": meminfo_gb(),
         "disk": free_gb(module.params["disk_path"]),
         "sunrpc_sysctl": read("/proc/sys/sunrpc/tcp_slot_table_entries"),
+        "rdma_slot_table_entries": read("/proc/sys/sunrpc/rdma_slot_table_entries"),
+        "rp_filter": rp_filter(),
+        "nfsrahead_udev_rule": nfsrahead_udev_rule(),
+        "udevd_running": os.path.exists("/run/udev/control"),
         "systemd": systemd,
         "files": {path: read_exact(path) for path in module.params["read_files"]},
         "units": unit_properties(module, module.params["units"], systemd),

@@ -25,7 +25,7 @@ options:
   values:
     description:
       - Wanted value of each key. A key is an absolute file path (under /proc/sys or /sys) or a sysctl name such as
-        C(net.ipv4.conf.all.rp_filter).
+        C(net.ipv4.conf.all.rp_filter), read as sysctl.d(5) reads it (C(net/ipv4/conf/ens1f0.100/rp_filter) names a VLAN interface).
       - Values are compared as text with runs of whitespace folded to one space.
     type: dict
     required: true
@@ -77,7 +77,14 @@ from ansible.module_utils.basic import AnsibleModule
 
 
 def path_of(key, root=""):
-    return root + (key if key.startswith("/") else "/proc/sys/" + key.replace(".", "/"))
+    """A file path as given; a sysctl name as sysctl.d(5) reads it: when its first separator is a slash, dots stay
+    (net/ipv4/conf/ens1f0.100/rp_filter, a VLAN); when it is a dot, dots and slashes swap (net.ipv4.conf.ens1f0/100.rp_filter)."""
+    if key.startswith("/"):
+        return root + key
+    dot, slash = key.find("."), key.find("/")
+    if slash != -1 and (dot == -1 or slash < dot):
+        return root + "/proc/sys/" + key
+    return root + "/proc/sys/" + key.translate(str.maketrans("./", "/."))
 
 
 def writable(path):

@@ -11,7 +11,7 @@ from support import cli, cli_json
 
 pytestmark = pytest.mark.slow
 
-HOST_FILES = "/etc/fstab /etc/nfs.conf.d /etc/modprobe.d/hicache-sunrpc.conf /etc/security/limits.d/90-hicache-memlock.conf /root/vastdata /mnt/kvcache-2ports"
+HOST_FILES = "/etc/fstab /etc/nfs.conf.d /etc/modules-load.d /etc/sysctl.d/90-hicache-storage.conf /etc/security/limits.d/90-hicache-memlock.conf /root/vastdata /mnt/kvcache-2ports"
 TOLERANT = {"hicache_strict": False}
 VAST_FSTAB = "nfs vers=3,proto=rdma,port=20049,nconnect=32,remoteports=192.0.2.1-192.0.2.16"
 
@@ -57,8 +57,10 @@ def test_a_tolerant_deploy_is_degraded_with_each_gap_named_and_lays_down_the_res
     assert result["status"] == "degraded"
     gaps = [g["reason"] for g in result["gaps"]]
     assert "/mnt/kvcache-2ports is not mounted: this host cannot mount it: mount.nfs is not installed (package nfs-common / nfs-utils)" in gaps, gaps
-    assert ("sunrpc.tcp_slot_table_entries: /proc/sys/sunrpc/tcp_slot_table_entries does not exist on this host "
+    # NFS over RDMA's slot table (xprtrdma's, not the TCP one): these hosts have no rpcrdma to load.
+    assert ("sunrpc.rdma_slot_table_entries: /proc/sys/sunrpc/rdma_slot_table_entries does not exist on this host "
             "(no such sysctl, or its module is not loaded)") in gaps, gaps
+    assert any(g.startswith("read-ahead is set on the live mount only, not persistent") for g in gaps), gaps
     assert any(g.startswith("gpus: nvidia-smi not found") for g in gaps) and any(g.startswith("rpcrdma: no rpcrdma module") for g in gaps), gaps
     assert any(g.startswith("interfaces: no ConnectX port") for g in gaps), gaps
     changed_tasks = {c["task"] for c in result["changes"]}

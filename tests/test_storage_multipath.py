@@ -1,0 +1,127 @@
+"""The live VAST / NetApp mount judged on samples built from vastnfs' own source (tests/samples/vastnfs/README.md names
+the file and function behind each): the driver's own options by version, each multipath path, pNFS in use."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+from helpers import deployment
+
+from hicachectl import hoststate, storage
+
+SAMPLES = pathlib.Path(__file__).parent / "samples" / "vastnfs"
+# The samples' mount: nconnect=4 over remoteports 192.0.2.1..4 from localports 192.0.2.101..102.
+MULTIPATH = {"storage_nconnect": 4, "storage_remoteports": "192.0.2.1-192.0.2.4", "storage_localports": ["192.0.2.101", "192.0.2.102"]}
+
+
+def sample(name: str) -> str:
+    return (SAMPLES / name).read_text()
+
+
+def judged(mountinfo: str, version: str | None, **overrides):
+    wanted = storage.mount(deployment("vast", **{**MULTIPATH, **overrides}))
+    entry = hoststate.mount_at(hoststate.parse_mountinfo(sample(mountinfo)), wanted.point)
+    return (hoststate.compare_mount(entry, wanted.options, wanted.source, wanted.fstype),
+            hoststate.vastnfs_option_checks(entry, wanted.options, version))
+
+
+def test_remoteports_as_the_driver_compacts_them_match():
+    # written as two ranges and as single addresses; nfs_show_portgroup prints both as 192.0.2.1-192.0.2.4
+    for spelling in ("192.0.2.1-192.0.2.2~192.0.2.3-192.0.2.4", "192.0.2.1~192.0.2.2~192.0.2.3~192.0.2.4"):
+        base, (problems, unchecked) = judged("mountinfo-4.0.33.txt", "4.0.33-vastdata", storage_remoteports=spelling)
+        assert base == [] and problems == [] and unchecked == [], spelling
+
+
+def test_other_remoteports_and_missing_spread_options_fail_on_a_driver_that_shows_them():
+    _, (problems, _) = judged("mountinfo-4.0.33.txt", "4.0.33", storage_remoteports="192.0.2.1-192.0.2.8")
+    assert problems == ["remoteports=192.0.2.1-192.0.2.4, expected 192.0.2.1-192.0.2.8"]
+    no_spread = sample("mountinfo-4.0.33.txt").replace(",spread_reads,spread_writes", "")
+    wanted = storage.mount(deployment("vast", **MULTIPATH))
+    entry = hoststate.mount_at(hoststate.parse_mountinfo(no_spread), wanted.point)
+    assert hoststate.vastnfs_option_checks(entry, wanted.options, "4.0.33")[0] == ["spread_reads is not in effect", "spread_writes is not in effect"]
+
+
+@pytest.mark.parametrize("version", ["4.0.29", None, "dev"])
+def test_a_driver_that_shows_no_own_options_is_not_checked_never_failed(version):
+    base, (problems, unchecked) = judged("mountinfo-4.0.29.txt", version)
+    assert base == [] and problems == []
+    assert len(unchecked) == 1 and unchecked[0].startswith("remoteports, localports, spread_reads, spread_writes: ")
+
+
+def test_localports_by_name_are_not_checked_against_the_addresses_shown():
+    _, (problems, unchecked) = judged("mountinfo-4.0.33.txt", "4.0.33", storage_localports=["ens1f0np0", "ens2f0np0"])
+    assert problems == [] and unchecked == ["localports=ens1f0np0~ens2f0np0: named interfaces, shown by the driver as the addresses it resolved "
+                                            "(192.0.2.101-192.0.2.102)"]
+
+
+def test_mountstats_gives_the_sunrpc_id_and_its_debugfs_stats_path():
+    stats = hoststate.mountstats_at(hoststate.parse_mountstats(sample("mountstats-expose-id.txt")), "/mnt/kvcache-2ports")
+    assert stats.sunrpc_id == "1f" and hoststate.rpc_clnt_stats_path(stats.sunrpc_id) == "/sys/kernel/debug/sunrpc/rpc_clnt/1f/stats"
+    hidden = sample("mountstats-expose-id.txt").replace("\tsunrpc-id:\t1f\n", "")
+    assert hoststate.mountstats_at(hoststate.parse_mountstats(hidden), "/mnt/kvcache-2ports").sunrpc_id is None
+
+
+def test_every_multipath_path_connected_passes():
+    options = storage.mount(deployment("vast", **MULTIPATH)).options
+    transports = hoststate.parse_rpc_clnt_stats(sample("rpc_clnt-stats-connected.txt"))
+    assert [(t.local, t.remote, t.connected) for t in transports][:2] == [("192.0.2.101", "192.0.2.1", True), ("192.0.2.102", "192.0.2.2", True)]
+    problems, unchecked, passed = hoststate.multipath_checks(transports, options)
+    assert problems == [] and unchecked == [] and len(passed) == 4
+
+
+def test_an_idle_path_is_not_checked_without_noidlexprt_and_fails_with_it():
+    transports = hoststate.parse_rpc_clnt_stats(sample("rpc_clnt-stats-idle.txt"))
+    problems, unchecked, passed = hoststate.multipath_checks(transports, storage.mount(deployment("vast", **MULTIPATH)).options)
+    assert problems == [] and len(passed) == 3 and unchecked[0].startswith("192.0.2.102 -> 192.0.2.4 is not connected now (state: BOUND)")
+    strict = storage.mount(deployment("vast", **MULTIPATH, storage_options=["noidlexprt"])).options
+    assert hoststate.multipath_checks(transports, strict)[0] == ["192.0.2.102 -> 192.0.2.4 is not connected (state: BOUND), with noidlexprt"]
+
+
+def test_a_localport_no_transport_uses_fails():
+    three = {**MULTIPATH, "storage_localports": ["192.0.2.101", "192.0.2.102", "192.0.2.103"]}
+    transports = hoststate.parse_rpc_clnt_stats(sample("rpc_clnt-stats-connected.txt"))
+    assert hoststate.multipath_checks(transports, storage.mount(deployment("vast", **three)).options)[0] == ["no transport from localports 192.0.2.103"]
+
+
+def test_pnfs_in_use_passes_and_no_layout_is_not_checked():
+    options = storage.mount(deployment("netapp", storage_nconnect=8)).options
+    granted = hoststate.mountstats_at(hoststate.parse_mountstats(sample("mountstats-netapp-pnfs.txt")), "/mnt/kvcache")
+    assert hoststate.pnfs_checks(granted, options) == ([], [], ["pNFS in use (LAYOUT_NFSV4_1_FILES)"])
+    refused = hoststate.mountstats_at(hoststate.parse_mountstats(sample("mountstats-netapp-nolayout.txt")), "/mnt/kvcache")
+    problems, unchecked, passed = hoststate.pnfs_checks(refused, options)
+    assert problems == passed == [] and unchecked[0].startswith("pNFS: the server granted no layout (pnfs=not configured)")
+
+
+def _filter():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hicache_mount_state_under_test", pathlib.Path(__file__).parents[1] / "plugins/filter/hicache.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.hicache_mount_state
+
+
+def _plan(d):
+    mount = storage.mount(d)
+    return {"mount": {"source": mount.source, "point": mount.point, "fstype": mount.fstype, "options": ",".join(mount.options)}}
+
+
+def test_the_mount_state_filter_follows_mountstats_to_each_path():
+    state = _filter()
+    plan = _plan(deployment("vast", **MULTIPATH))
+    mountinfo = sample("mountinfo-4.0.33.txt")
+    # the facts' first look (no version, no mountstats): the driver's options are not checked, nothing fails
+    first = state(mountinfo, plan)
+    assert first["problems"] == [] and first["not_checked"] and first["rpc_clnt_stats_path"] is None
+    # with mountstats: the sunrpc-id names the debugfs file; not read yet is "not checked"
+    found = state(mountinfo, plan, "4.0.33-vastdata", sample("mountstats-expose-id.txt"))
+    assert found["rpc_clnt_stats_path"] == "/sys/kernel/debug/sunrpc/rpc_clnt/1f/stats" and found["problems"] == []
+    assert found["not_checked"] == ["multipath paths: /sys/kernel/debug/sunrpc/rpc_clnt/1f/stats was not read (debugfs not mounted, or not root)"]
+    proven = state(mountinfo, plan, "4.0.33-vastdata", sample("mountstats-expose-id.txt"), sample("rpc_clnt-stats-connected.txt"))
+    assert proven["problems"] == [] and proven["not_checked"] == [] and len(proven["passed"]) == 4
+    hidden = state(mountinfo, plan, "4.0.33", sample("mountstats-expose-id.txt").replace("\tsunrpc-id:\t1f\n", ""))
+    assert "expose_id_in_mountstats" in hidden["not_checked"][0]
+    netapp = state("121 22 0:56 / /mnt/kvcache rw,relatime - nfs4 netapp-lif.example.com:/kvcache rw,vers=4.1,rsize=65536,wsize=65536,"
+                   "proto=rdma,nconnect=8,port=20049\n", _plan(deployment("netapp", storage_nconnect=8)), None, sample("mountstats-netapp-pnfs.txt"))
+    assert netapp["problems"] == [] and netapp["passed"] == ["pNFS in use (LAYOUT_NFSV4_1_FILES)"]
