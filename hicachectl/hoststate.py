@@ -67,8 +67,9 @@ def compare_mount(entry: MountEntry | None, expected_options: tuple[str, ...], e
                   resolved_source: str | None = None) -> list[str]:
     """What differs between the live mount and the wanted one; [] when it matches.
 
-    Only options the kernel reports back are compared (vers, proto, port, nconnect, remoteports,
-    rsize/wsize); fstab-only options (_netdev, nofail, x-systemd.*) never show in mountinfo.
+    Only options the kernel reports back are compared (vers, proto, port, nconnect, rsize/wsize); fstab-only
+    options (_netdev, nofail, x-systemd.*) never show in mountinfo, and the VAST driver's own (remoteports,
+    localports, spread_*) show depending on its version: vastnfs_option_checks judges them.
     mountinfo names a device, never UUID=/LABEL=: `resolved_source` is the device the wanted source
     names on the host (storage.resolve_source); the live source may be either.
     """
@@ -85,7 +86,8 @@ def compare_mount(entry: MountEntry | None, expected_options: tuple[str, ...], e
     live = entry.option_map()
     for option in expected_options:
         key, _, value = option.partition("=")
-        if key.startswith(("_", "x-systemd")) or key in ("nofail", "defaults", "spread_reads", "spread_writes", "localports"):
+        # The VAST driver's own options are judged by vastnfs_option_checks: what it shows depends on its version.
+        if key.startswith(("_", "x-systemd")) or key in ("nofail", "defaults") or key in VASTNFS_SHOWN_OPTIONS:
             continue
         if key == "vers":  # vers=4.1 must match exactly; vers=3 matches any 3.x the kernel reports
             live_vers = live.get("vers") or ""
@@ -96,6 +98,193 @@ def compare_mount(entry: MountEntry | None, expected_options: tuple[str, ...], e
         elif value and live[key] != value:
             problems.append(f"{key}={live[key]}, expected {value}")
     return problems
+
+
+# vastnfs shows its own mount options in mountinfo from 4.0.30 on (docs/src/ChangeLog.md 4.0.30: "Show the extra mount
+# options in the output of mount for existing mounts (except: NFSv4.1 remoteports mode)"); they come from
+# nfs_show_mount_options in vastnfs bundle/fs/nfs/super.c: localports= and remoteports= through nfs_show_portgroup,
+# then spread_reads and spread_writes as flags.
+VASTNFS_SHOWN_OPTIONS = ("remoteports", "localports", "spread_reads", "spread_writes")
+VASTNFS_SHOWS_OPTIONS_FROM = (4, 0, 30)
+
+
+def expand_ports(spec: str) -> list[str] | None:
+    """vastnfs' port list syntax (docs/src/usage/mount-params.md): addresses, inclusive ranges FIRST-LAST, joined by '~'.
+    The driver prints the list back compacted (nfs_show_portgroup: a run of succeeding addresses as FIRST-LAST, the
+    rest joined by '~'), so two spellings of one list are compared expanded. None: 'dns', names or a malformed list."""
+    import ipaddress
+
+    addresses: list[str] = []
+    for part in (spec or "").split("~"):
+        first, dash, last = part.partition("-")
+        try:
+            low = ipaddress.ip_address(first)
+            high = ipaddress.ip_address(last) if dash else low
+        except ValueError:
+            return None
+        if high.version != low.version or int(high) < int(low) or int(high) - int(low) > 4096:
+            return None
+        addresses += [str(ipaddress.ip_address(n)) for n in range(int(low), int(high) + 1)]
+    return addresses
+
+
+def _version_tuple(text: str | None) -> tuple[int, int, int] | None:
+    match = re.match(r"v?(\d+)\.(\d+)\.(\d+)", (text or "").strip())
+    return tuple(int(g) for g in match.groups()) if match else None
+
+
+def vastnfs_option_checks(entry: MountEntry | None, expected_options: tuple[str, ...],
+                          vastnfs_version: str | None) -> tuple[list[str], list[str]]:
+    """The VAST driver's options of the wanted mount against what the live mount shows: (problems, not checked).
+
+    `vastnfs_version`: the loaded driver's nfs_bundle_version. Before 4.0.30 the driver shows none of them, and with
+    no version known nothing tells whether it would: those are "not checked", never a failure."""
+    wanted = [o for o in expected_options if o.partition("=")[0] in VASTNFS_SHOWN_OPTIONS]
+    if entry is None or not wanted:
+        return [], []
+    names = ", ".join(o.partition("=")[0] for o in wanted)
+    version = _version_tuple(vastnfs_version)
+    if version is None:
+        why = f"the VAST driver's version is {'unknown' if not vastnfs_version else repr(vastnfs_version)}"
+        return [], [f"{names}: {why}, and only 4.0.30 and later show them in mountinfo"]
+    if version < VASTNFS_SHOWS_OPTIONS_FROM:
+        return [], [f"{names}: vastnfs {vastnfs_version} does not show its own options in mountinfo (4.0.30 and later do)"]
+    live = entry.option_map()
+    vers = live.get("vers") or ""
+    problems, unchecked = [], []
+    for option in wanted:
+        key, _, value = option.partition("=")
+        if key in ("spread_reads", "spread_writes"):
+            if key not in live:
+                problems.append(f"{key} is not in effect")
+            continue
+        if key == "remoteports" and vers.startswith("4"):
+            unchecked.append("remoteports: vastnfs does not show it for NFSv4.1 remoteports mode (ChangeLog 4.0.30)")
+            continue
+        if key not in live:
+            problems.append(f"{key} is not in effect (expected {option})")
+            continue
+        if value == "dns" or live[key] == "dns":
+            if value != live[key]:
+                problems.append(f"{key}={live[key]}, expected {value}")
+            continue
+        expected, shown = expand_ports(value), expand_ports(live[key] or "")
+        if expected is None:  # localports by interface name: the driver shows the addresses it resolved
+            unchecked.append(f"{key}={value}: named interfaces, shown by the driver as the addresses it resolved ({live[key]})")
+        elif shown is None or set(shown) != set(expected):
+            problems.append(f"{key}={live[key]}, expected {value}")
+    return problems, unchecked
+
+
+@dataclasses.dataclass(frozen=True)
+class MountStats:
+    """One mount of /proc/self/mountstats (fs/proc_namespace.c show_vfsstat, then fs/nfs/super.c nfs_show_stats)."""
+    device: str
+    mount_point: str
+    fstype: str
+    sunrpc_id: str | None  # vastnfs with expose_id_in_mountstats=1 (bundle/net/sunrpc/stats.c rpc_clnt_show_stats), hex
+    pnfs: str | None  # NFSv4: the layout driver in use (",pnfs=LAYOUT_NFSV4_1_FILES") or "not configured"
+
+
+def parse_mountstats(text: str) -> list[MountStats]:
+    out: list[MountStats] = []
+    current: dict | None = None
+    for line in text.splitlines():
+        header = re.match(r"^device (\S+) mounted on (\S+) with fstype (\S+)", line)
+        if header:
+            if current:
+                out.append(MountStats(**current))
+            current = {"device": _unescape(header.group(1)), "mount_point": _unescape(header.group(2)), "fstype": header.group(3),
+                       "sunrpc_id": None, "pnfs": None}
+            continue
+        if current is None:
+            continue
+        stripped = line.strip()
+        if stripped.startswith("sunrpc-id:") and current["sunrpc_id"] is None:
+            current["sunrpc_id"] = stripped.partition(":")[2].strip() or None
+        elif stripped.startswith("nfsv4:"):
+            match = re.search(r",pnfs=([^,]*)", stripped)
+            current["pnfs"] = match.group(1).strip() if match else None
+    if current:
+        out.append(MountStats(**current))
+    return out
+
+
+def mountstats_at(stats: list[MountStats], path: str) -> MountStats | None:
+    found = [m for m in stats if m.mount_point == path.rstrip("/")]
+    return found[-1] if found else None
+
+
+def rpc_clnt_stats_path(sunrpc_id: str) -> str:
+    """vastnfs docs/src/monitoring/transports.md; the directory is named in hex (net/sunrpc/debugfs.c, "%x")."""
+    return f"/sys/kernel/debug/sunrpc/rpc_clnt/{sunrpc_id}/stats"
+
+
+@dataclasses.dataclass(frozen=True)
+class Transport:
+    local: str | None
+    remote: str
+    states: tuple[str, ...]
+
+    @property
+    def connected(self) -> bool:
+        return "CONNECTED" in self.states
+
+
+def parse_rpc_clnt_stats(text: str) -> list[Transport]:
+    """vastnfs' per-transport lines in debugfs rpc_clnt/<id>/stats (bundle/net/sunrpc/stats.c do_print_stats):
+    after each `xprt:` line, `\t\t[<local> -> ]<remote>, state: <FLAG> ...`."""
+    out = []
+    for line in text.splitlines():
+        match = re.match(r"^\s+(?:(\S+) -> )?(\S+), state:(.*)$", line)
+        if match:
+            out.append(Transport(match.group(1), match.group(2), tuple(match.group(3).split())))
+    return out
+
+
+def multipath_checks(transports: list[Transport], expected_options: tuple[str, ...]) -> tuple[list[str], list[str], list[str]]:
+    """Each local -> remote path of a VAST multipath mount: (problems, not checked, passed).
+
+    Without noidlexprt the driver disconnects idle transports (docs/src/usage/mount-params.md, noidlexprt), so a path not
+    connected right now proves nothing: "not checked". With it, every path must be connected. A path to an address
+    outside remoteports, or a localports address no transport uses, is a failure either way."""
+    options = {o.partition("=")[0]: o.partition("=")[2] for o in expected_options}
+    keep_connected = "noidlexprt" in options
+    if not transports:
+        return ["no transport in the mount's rpc_clnt stats"], [], []
+    problems, unchecked, passed = [], [], []
+    remotes = expand_ports(options.get("remoteports", "")) if options.get("remoteports") not in (None, "dns") else None
+    for t in transports:
+        path = f"{t.local or '(any local address)'} -> {t.remote}"
+        if remotes is not None and t.remote not in remotes:
+            problems.append(f"{path} goes to an address outside remoteports={options['remoteports']}")
+        elif t.connected:
+            passed.append(f"{path} connected")
+        elif keep_connected:
+            problems.append(f"{path} is not connected (state: {' '.join(t.states) or 'none'}), with noidlexprt")
+        else:
+            unchecked.append(f"{path} is not connected now (state: {' '.join(t.states) or 'none'}); the driver disconnects idle "
+                             "transports unless noidlexprt, so this proves no fault")
+    locals_wanted = expand_ports(options.get("localports", "")) if options.get("localports") else None
+    if locals_wanted:
+        unused = [a for a in locals_wanted if a not in {t.local for t in transports}]
+        if unused:
+            problems.append(f"no transport from localports {', '.join(unused)}")
+    return problems, unchecked, passed
+
+
+def pnfs_checks(stats: MountStats | None, expected_options: tuple[str, ...]) -> tuple[list[str], list[str], list[str]]:
+    """pNFS in use on an NFSv4.1 mount: the layout driver mountstats names (fs/nfs/super.c show_pnfs; the files layout
+    ONTAP grants is LAYOUT_NFSV4_1_FILES, fs/nfs/filelayout/filelayout.c). (problems, not checked, passed)."""
+    vers = next((o.partition("=")[2] for o in expected_options if o.startswith("vers=")), "")
+    if not vers.startswith("4.") or vers == "4.0":
+        return [], [], []
+    if stats is None:
+        return [], ["pNFS: the mount is not in /proc/self/mountstats"], []
+    if stats.pnfs and stats.pnfs != "not configured":
+        return [], [], [f"pNFS in use ({stats.pnfs})"]
+    return [], [f"pNFS: the server granted no layout (pnfs={stats.pnfs or 'absent'}); I/O goes through the metadata server only "
+                "(on ONTAP: vserver nfs modify -v4.1-pnfs enabled)"], []
 
 
 LIMIT_NAMES = {"memlock": "Max locked memory", "nofile": "Max open files", "stack": "Max stack size"}
@@ -136,20 +325,31 @@ def parse_ethtool_rings(text: str) -> dict[str, dict[str, int]]:
     return out
 
 
-def nic_verdict(report: dict, asked: bool) -> dict[str, list[str]]:
+def nic_verdict(report: dict, asked: bool, ecn_required: bool = False) -> dict[str, list[str]]:
     """Judge hicache-nic-tuning's JSON report (--check-json): what fails the host and what is a gap.
 
     `asked`: the inventory needs ConnectX ports (an NFS tier) or names ports (hicache_nic_interfaces).
-    On a host with a ConnectX port, anything the program cannot do or read is a failure, as is a named port
-    that is absent. A host without any ConnectX port lacks the hardware entirely: what is asked of it is a
+    On a host with a ConnectX port, anything the program cannot do or read on a selected port is a failure, as is a
+    named port that is absent. A host without any ConnectX port lacks the hardware entirely: what is asked of it is a
     gap (a failure under hicache_strict); when nothing is asked there is nothing to tune.
+    `not_offered`: what the port's driver has no interface for (per-priority ECN with the distribution's mlx5): a
+    named gap that leaves the host degraded whatever hicache_strict says (`driver_gaps`), a failure only where the
+    inventory requires it (hicache_nic_ecn_required).
     `changes`: what still differs from the inventory (a failure once the role has applied it).
+    `ports`: each port selected or left alone, with why (what render's selection found on this host).
     """
     reasons = [f"{u['what']}: {u['reason']}" for u in report.get("unavailable", [])]
     failures = [f"{f['what']}: {f['reason']}" for f in report.get("failed", [])]
-    changes = [c["what"] for c in report.get("changes", [])]
+    changes = [c["what"] + (f" ({c['note']})" if c.get("note") else "") for c in report.get("changes", [])]
+    driver = [f"{u['what']}: {u['reason']}" for u in report.get("not_offered", [])]
+    ports = ([f"{s['port']}: tuned, {s['reason']}" for s in report.get("selected", [])]
+             + [f"{s['port']}: not tuned, {s['reason']}" for s in report.get("skipped", [])])
+    if ecn_required:
+        failures, driver = failures + driver, []
+    # driver_gaps and ports only where there are some: a verdict without them reads as before (checks.yml defaults them)
+    extra = {k: v for k, v in (("driver_gaps", driver), ("ports", ports)) if v}
     if report.get("connectx"):
-        return {"failures": failures + reasons, "gaps": [], "changes": changes}
+        return {"failures": failures + reasons, "gaps": [], "changes": changes, **extra}
     if not asked and not report.get("interfaces"):
-        return {"failures": failures, "gaps": [], "changes": changes}
-    return {"failures": failures, "gaps": reasons, "changes": changes}
+        return {"failures": failures, "gaps": [], "changes": changes, **extra}
+    return {"failures": failures, "gaps": reasons, "changes": changes, **extra}

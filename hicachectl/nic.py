@@ -4,21 +4,60 @@ from __future__ import annotations
 
 import json
 
+from hicachectl import storage
+
 CONFIG_FILE = "/etc/hicache/nic-tuning.json"
 PROGRAM = "/usr/local/sbin/hicache-nic-tuning"
 UNIT = "hicache-nic-tuning.service"
 
 
+SELECTION_FILE = "/var/lib/hicache/nic-ports.json"  # the ports found at the last run, for the boot run (no routes yet)
+UDEV_RULE = "/etc/udev/rules.d/90-hicache-nic-tuning.rules"
+TOOL_TIMEOUT = 10  # seconds per tool the program runs; the unit's TimeoutStartSec bounds the whole run
+START_TIMEOUT = 120
+
+
+def storage_ports(d) -> list[str]:
+    """hicache_storage_localports as the mount uses them: VAST's multipath option, with remoteports only (storage.mount)."""
+    multipath = storage.is_nfs(d) and d.storage_type == "vast" and d.storage_remoteports
+    return [str(p) for p in d.storage_localports] if multipath else []
+
+
+def storage_server(d) -> str | None:
+    return str(d.storage_server) if storage.is_nfs(d) and d.storage_server else None
+
+
+def selection(d) -> str:
+    """Which ports the host program tunes and why, as render and plan say it (the program finds the ports themselves)."""
+    if d.nic_interfaces:
+        return "the ports hicache_nic_interfaces names: " + ", ".join(map(str, d.nic_interfaces))
+    if storage_ports(d):
+        return ("the storage ports hicache_storage_localports names (or that hold its addresses): " + ", ".join(storage_ports(d))
+                + "; a VLAN or bond stands for the ports below it; never IPoIB ports")
+    if storage_server(d):
+        return (f"the ConnectX ports that route to hicache_storage_server {storage_server(d)} (ip route get), recorded for the boot run; "
+                "a VLAN or bond stands for the ports below it; never IPoIB or front-end ports")
+    return "none: no port named (hicache_nic_interfaces) and no NFS storage server to route to"
+
+
 def desired(d) -> dict:
     pfc = [1 if p in d.nic_pfc_priorities else 0 for p in range(8)] if d.nic_pfc_priorities else None
     return {
-        "interfaces": [str(i) for i in d.nic_interfaces],  # [] = every ConnectX port
+        "interfaces": [str(i) for i in d.nic_interfaces],  # [] = the storage ports (storage_ports, else storage_server's route)
+        "storage_ports": storage_ports(d),
+        "storage_server": storage_server(d),
+        "selection": selection(d),
+        "selection_file": SELECTION_FILE,
+        "tool_timeout": TOOL_TIMEOUT,
         "mtu": d.nic_mtu,
         "rings": d.nic_rings,
         "channels": d.nic_channels,
         "qos_trust": d.nic_qos_trust,
         "pfc": pfc,
         "ecn_priorities": list(d.nic_ecn_priorities),
+        "ecn_required": bool(d.nic_ecn_required),
+        # ToS = DSCP << 2 (the two low bits are ECN's, set by the NIC): configfs-rdma_cm's default_roce_tos
+        "roce_tos": d.nic_roce_dscp << 2 if d.nic_roce_dscp is not None else None,
         "irq_affinity": d.nic_irq_affinity,
         "max_read_request": d.nic_max_read_request,
         "cpu_governor": d.nic_cpu_governor,
@@ -30,17 +69,31 @@ def config_text(d) -> str:
 
 
 def unit_text() -> str:
+    """Before the network is set up (systemd.special(7): network-pre.target is passive, so the unit pulls it in with
+    Wants=), after the driver stack (openibd.service of MLNX_OFED/DOCA where present: After= on an absent unit is
+    void), with a bounded start: a hung tool fails this unit, never the boot, the network, the mount or the server."""
     return f"""# Managed by hicache-deploy: re-applies the NIC tuning at every boot (the settings are runtime-only).
 [Unit]
 Description=hicache-deploy ConnectX tuning for storage traffic
-After=network-pre.target systemd-udev-settle.service
-Before=network-online.target docker.service
+DefaultDependencies=no
+After=local-fs.target systemd-modules-load.service systemd-udev-trigger.service openibd.service
+Wants=network-pre.target
+Before=network-pre.target shutdown.target
+Conflicts=shutdown.target
 
 [Service]
 Type=oneshot
 RemainAfterExit=yes
+TimeoutStartSec={START_TIMEOUT}
 ExecStart={PROGRAM} --apply {CONFIG_FILE}
 
 [Install]
 WantedBy=multi-user.target
 """
+
+
+def udev_rule_text() -> str:
+    """An RDMA device that appears after boot (a driver reload, openibd restart) starts with RDMA-CM's default ToS 0
+    (the value lives in the kernel's cma_device): apply the tuning again then."""
+    return ("# Managed by hicache-deploy: re-apply the NIC tuning when an RDMA device appears (its RDMA-CM default ToS starts at 0).\n"
+            f'ACTION=="add", SUBSYSTEM=="infiniband", RUN+="/bin/systemctl --no-block restart {UNIT}"\n')

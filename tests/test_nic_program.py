@@ -1,4 +1,4 @@
-"""The host program of nic_tuning on a sample sysfs tree of one ConnectX port.
+"""The host program of nic_tuning on a sample sysfs tree of one ConnectX port (tests/test_nic_samples.py: whole hosts).
 
 No ConnectX port exists here, so its sysfs files (vendor 0x15b3, RoCE ECN switches, MSI IRQs, NUMA-local
 CPUs) and cpufreq are laid out in a temporary tree (HICACHE_SYSFS_ROOT); the program reads and writes
@@ -55,24 +55,27 @@ def program(root, mode, config):
     return proc.returncode, json.loads(proc.stdout)
 
 
-def test_it_finds_the_connectx_port_and_only_what_differs(sample_connectx):
-    config = nic.desired(deployment("vast"))
+def test_it_finds_the_storage_port_and_only_what_differs(sample_connectx):
+    config = nic.desired(deployment("vast", storage_localports=["ens1f0np0"]))
     rc, report = program(sample_connectx, "--check-json", config)
     assert rc == 0 and report["interfaces"] == ["ens1f0np0"]
+    assert report["selected"] == [{"port": "ens1f0np0", "reason": "named in hicache_storage_localports"}]
     differ = {c["what"] for c in report["changes"]}
-    assert {"ens1f0np0 mtu", "ens1f0np0 ecn roce_np 3", "ens1f0np0 ecn roce_rp 3", "ens1f0np0 irq 120", "ens1f0np0 irq 121",
+    # IRQ 120, the port's first MSI vector (async events), is left alone as mlnx-tools' set_irq_affinity_cpulist.sh does
+    assert {"ens1f0np0 mtu", "ens1f0np0 ecn roce_np 3", "ens1f0np0 ecn roce_rp 3", "ens1f0np0 irq 121",
             "cpu governor cpu0", "cpu governor cpu1"} == differ
     reasons = {u["what"]: u["reason"] for u in report["unavailable"]}
     assert reasons["ens1f0np0 rings"] == "ethtool is not installed" and reasons["ens1f0np0 qos"] == "mlnx_qos is not installed"
+    assert reasons["ens1f0np0 roce tos"].startswith("no RDMA device behind ens1f0np0")
 
 
 def test_apply_writes_the_files_then_nothing_differs_but_what_needs_a_tool(sample_connectx):
-    config = nic.desired(deployment("vast"))
+    config = nic.desired(deployment("vast", storage_localports=["ens1f0np0"]))
     rc, report = program(sample_connectx, "--apply-json", config)
     assert rc == 1 and [f["what"] for f in report["failed"]] == ["ens1f0np0 mtu"]  # `ip` is absent here
     assert (sample_connectx / "sys/class/net/ens1f0np0/ecn/roce_np/enable/3").read_text() == "1"
     assert (sample_connectx / "sys/class/net/ens1f0np0/ecn/roce_np/enable/2").read_text() == "0\n"  # untouched
-    assert (sample_connectx / "proc/irq/120/smp_affinity_list").read_text() == "0-15"
+    assert (sample_connectx / "proc/irq/121/smp_affinity_list").read_text() == "0"  # one CPU per IRQ, not the node's list
     rc, again = program(sample_connectx, "--check-json", config)
     assert [c["what"] for c in again["changes"]] == ["ens1f0np0 mtu"]
 
@@ -81,7 +84,8 @@ def test_no_connectx_port_is_a_reason_not_a_success(tmp_path):
     write(tmp_path, "/sys/class/net/eth0/mtu", "1500")
     rc, report = program(tmp_path, "--check-json", nic.desired(deployment("vast")))
     assert rc == 0 and report["changes"] == [] and report["interfaces"] == []
-    assert report["unavailable"] == [{"what": "interfaces", "reason": "no ConnectX port (driver mlx5_core, PCI vendor 0x15b3) on this host"}]
+    assert report["unavailable"][0] == {"what": "interfaces", "reason": "no ConnectX port (driver mlx5_core, PCI vendor 0x15b3) on this host"}
+    assert [u["reason"].rsplit(": ", 1)[1] for u in report["unavailable"][1:]] == ["no interface ens1f0np0", "no interface ens2f0np0"]
 
 
 def test_pfc_and_ecn_follow_the_inventory():

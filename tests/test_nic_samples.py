@@ -1,0 +1,213 @@
+"""The nic_tuning host program on sample trees of three real kinds of host (tests/samples/nic/README.md says where
+each file comes from): MLNX_OFED/DOCA's mlx5 (a bond over two storage ports, a front-end port), the distribution's
+inbox mlx5 (a VLAN over the storage port, no ECN tree) and an IPoIB port. `ip` is the samples' stand-in
+(tests/samples/nic/bin/ip); every other tool is absent, so what needs it is reported as such.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+from helpers import deployment
+from support import ROOT
+
+from hicachectl import hoststate, nic
+
+PROGRAM = ROOT / "roles/nic_tuning/files/hicache-nic-tuning"
+SAMPLES = ROOT / "tests/samples/nic"
+SERVER = "172.16.10.20"
+
+
+def sample(tmp_path: pathlib.Path, name: str) -> tuple[pathlib.Path, pathlib.Path]:
+    root = tmp_path / name
+    shutil.copytree(SAMPLES / name / "root", root, symlinks=True)
+    return root, SAMPLES / name / "tool"
+
+
+def python_only(tmp: pathlib.Path) -> pathlib.Path:
+    """A PATH entry with python3 alone (the stand-in `ip` runs on it): no ethtool, mlnx_qos, systemctl, modprobe."""
+    bin_dir = tmp / "python-bin"
+    if not bin_dir.exists():
+        bin_dir.mkdir(parents=True)
+        (bin_dir / "python3").symlink_to(sys.executable)
+    return bin_dir
+
+
+def program(sample_root, mode, config):
+    root, tool = sample_root
+    path = f"{SAMPLES / 'bin'}:{python_only(root.parent)}"
+    env = {**os.environ, "HICACHE_SYSFS_ROOT": str(root), "HICACHE_SAMPLE_TOOL": str(tool), "PATH": path}
+    proc = subprocess.run([sys.executable, str(PROGRAM), mode, json.dumps(config)], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.stdout.startswith("{"), proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def routed(**overrides):
+    """The vast profile reaching its server by route: no localports, the server an address the samples route."""
+    return {**nic.desired(deployment("vast", storage_localports=[], storage_server=SERVER, **overrides))}
+
+
+def test_ofed_tunes_the_bond_s_ports_that_route_to_the_server_not_the_front_end(tmp_path):
+    rc, report = program(sample(tmp_path, "ofed-mlx5"), "--check-json", routed())
+    assert rc == 0 and report["interfaces"] == ["ens1f0np0", "ens1f1np1"] and report["uppers"] == ["bond0"]
+    assert {s["port"]: s["reason"] for s in report["selected"]}["ens1f0np0"] == f"routes to {SERVER}, below bond0"
+    assert [s["port"] for s in report["skipped"]] == ["ens2f0np0"]
+    assert not any(c["what"].startswith("ens2f0np0") for c in report["changes"])
+    differ = {c["what"] for c in report["changes"]}
+    assert {"ens1f0np0 mtu", "ens1f1np1 mtu", "bond0 mtu", "ens1f0np0 ecn roce_np 3", "ens1f1np1 ecn roce_rp 3"} <= differ
+    assert report["not_offered"] == []
+
+
+def test_ofed_sets_rdma_cm_s_default_tos_to_the_dscp_of_the_pfc_priority(tmp_path):
+    root = sample(tmp_path, "ofed-mlx5")
+    rc, report = program(root, "--check-json", routed())
+    tos = {c["what"]: c for c in report["changes"] if c["what"].endswith("roce tos")}
+    assert tos["ens1f0np0 roce tos"]["current"] == 0 and tos["ens1f0np0 roce tos"]["wanted"] == 26 << 2 == 104
+    program(root, "--apply-json", routed())
+    assert (root[0] / "sys/kernel/config/rdma_cm/mlx5_0/ports/1/default_roce_tos").read_text() == "104"
+    assert (root[0] / "sys/kernel/config/rdma_cm/mlx5_1/ports/1/default_roce_tos").read_text() == "104"
+    assert (root[0] / "sys/kernel/config/rdma_cm/mlx5_2").exists() is False  # the front-end port's device: untouched
+    _, again = program(root, "--check-json", routed())
+    assert not any(c["what"].endswith("roce tos") for c in again["changes"])
+
+
+def test_irqs_are_pinned_one_cpu_each_round_robin_after_irqbalance_is_stopped(tmp_path):
+    root = sample(tmp_path, "ofed-mlx5")
+    _, report = program(root, "--check-json", routed())
+    whats = [c["what"] for c in report["changes"]]
+    irqbalance = next(c for c in report["changes"] if c["what"] == "irqbalance")
+    assert irqbalance["apply"] == ["systemctl", "disable", "--now", "irqbalance.service"]
+    assert whats.index("irqbalance") < whats.index("ens1f0np0 irq 101")  # stopped before the pins, or it undoes them
+    pins = {c["what"]: c["wanted"] for c in report["changes"] if " irq " in c["what"]}
+    # msi_irqs 100-104 on CPUs 0-3: the first vector (async events) left out as set_irq_affinity_cpulist.sh does
+    assert {k: v for k, v in pins.items() if k.startswith("ens1f0np0")} == {
+        "ens1f0np0 irq 101": "0", "ens1f0np0 irq 102": "1", "ens1f0np0 irq 103": "2", "ens1f0np0 irq 104": "3"}
+    program(root, "--apply-json", routed())
+    assert (root[0] / "proc/irq/102/smp_affinity_list").read_text() == "1"
+    assert (root[0] / "proc/irq/100/smp_affinity_list").read_text() == "0-63\n"
+
+
+ETHTOOL_G = "Ring parameters for {port}:\nPre-set maximums:\nRX:\t\t8192\nRX Mini:\tn/a\nRX Jumbo:\tn/a\nTX:\t\t8192\n" \
+            "Current hardware settings:\nRX:\t\t{rx}\nRX Mini:\tn/a\nRX Jumbo:\tn/a\nTX:\t\t8192\n"  # as tests/test_hoststate.py has it
+
+
+@pytest.mark.parametrize(("rx", "differs"), [(1024, True), (8192, False)])
+def test_rings_change_only_where_they_differ_and_say_they_reopen_the_queues(tmp_path, rx, differs):
+    root, tool = sample(tmp_path, "ofed-mlx5")
+    bin_dir = python_only(tmp_path)
+    (bin_dir / "ethtool").write_text(f"#!/bin/sh\nprintf '{ETHTOOL_G.format(port='$2', rx=rx)}'\n")
+    (bin_dir / "ethtool").chmod(0o755)
+    _, report = program((root, tool), "--check-json", routed())
+    rings = [c for c in report["changes"] if c["what"].endswith(" rings")]
+    assert [c["what"] for c in rings] == (["ens1f0np0 rings", "ens1f1np1 rings"] if differs else [])
+    assert all(c["note"] == "reopens the port's queues (traffic on it pauses for a moment)" for c in rings)
+    if differs:
+        assert "ens1f0np0 rings (reopens the port's queues" in " ".join(hoststate.nic_verdict(report, asked=True)["changes"])
+
+
+def test_inbox_mlx5_ecn_is_a_named_gap_not_a_failure_with_the_shipped_defaults(tmp_path):
+    config = nic.desired(deployment("vast", storage_localports=["10.10.0.5"]))
+    rc, report = program(sample(tmp_path, "inbox-mlx5"), "--check-json", config)
+    assert report["interfaces"] == ["ens1f0np0"] and report["uppers"] == ["ens1f0np0.100"]
+    assert report["selected"][0]["reason"] == "holds 10.10.0.5 (hicache_storage_localports), below ens1f0np0.100"
+    assert [u["what"] for u in report["not_offered"]] == ["ens1f0np0 ecn"]
+    assert "MLNX_OFED/DOCA" in report["not_offered"][0]["reason"]
+    assert not any("ecn" in u["what"] for u in report["unavailable"])
+    verdict = hoststate.nic_verdict(report, asked=True)
+    assert not any("ecn" in f for f in verdict["failures"]) and verdict["driver_gaps"] == [
+        f"ens1f0np0 ecn: {report['not_offered'][0]['reason']}"]
+    assert any("ecn" in f for f in hoststate.nic_verdict(report, asked=True, ecn_required=True)["failures"])
+
+
+def test_inbox_mlx5_without_a_group_reads_the_kernel_default_tos(tmp_path):
+    config = nic.desired(deployment("vast", storage_localports=["ens1f0np0.100"]))
+    _, report = program(sample(tmp_path, "inbox-mlx5"), "--check-json", config)
+    tos = next(c for c in report["changes"] if c["what"] == "ens1f0np0 roce tos")
+    assert tos["current"] == 0 and tos["apply"] == ["roce_tos", "mlx5_0", "1", "104"]
+
+
+def test_an_ipoib_port_is_never_tuned(tmp_path):
+    rc, report = program(sample(tmp_path, "ipoib"), "--check-json", routed())
+    assert rc == 0 and report["interfaces"] == [] and report["changes"] == []
+    skipped = {s["port"]: s["reason"] for s in report["skipped"]}
+    assert "IPoIB" in skipped["ib0"] and "4092" in skipped["ib0"] and "ens2f0np0" in skipped
+    assert (tmp_path / "ipoib/sys/class/net/ib0/mtu").read_text() == "2044\n"
+
+
+def test_the_boot_run_uses_the_ports_recorded_when_there_is_no_route_yet(tmp_path):
+    root = sample(tmp_path, "ofed-mlx5")
+    program(root, "--apply-json", routed())
+    no_route = (root[0], tmp_path / "no-tool-output")  # at boot: no address, no route
+    rc, report = program(no_route, "--check-json", routed())
+    assert report["interfaces"] == ["ens1f0np0", "ens1f1np1"]
+    assert report["selected"][0]["reason"] == (f"routes to {SERVER}, below bond0 (as recorded at the last run; now: ip -json route get "
+                                               f"{SERVER}: RTNETLINK answers: Network is unreachable)")
+    assert not any(u["what"] == "storage ports" for u in report["unavailable"])
+
+
+def test_no_route_and_nothing_recorded_is_a_failure_naming_why(tmp_path):
+    root, _ = sample(tmp_path, "ofed-mlx5")
+    rc, report = program((root, tmp_path / "none"), "--check-json", routed())
+    assert report["interfaces"] == [] and report["unavailable"] == [
+        {"what": "storage ports", "reason": "cannot tell which ports carry the storage traffic: ip -json route get 172.16.10.20: "
+                                            "RTNETLINK answers: Network is unreachable"}]
+    assert hoststate.nic_verdict(report, asked=True)["failures"]
+
+
+def test_a_virtio_host_tunes_nothing_unless_named_and_a_named_port_s_mtu_changes(tmp_path):
+    root = tmp_path / "virtio"
+    (root / "sys/class/net/enp1s0").mkdir(parents=True)
+    (root / "sys/class/net/enp1s0/mtu").write_text("1500\n")
+    (root / "sys/class/net/enp1s0/type").write_text("1\n")
+    tool = tmp_path / "tool"
+    tool.mkdir()
+    (tool / f"ip-route-get-{SERVER}.json").write_text(json.dumps([{"dst": SERVER, "dev": "enp1s0", "flags": [], "uid": 0, "cache": []}]))
+    _, report = program((root, tool), "--check-json", routed())
+    assert report["interfaces"] == [] and "not a ConnectX port" in report["skipped"][0]["reason"]
+    named = {**routed(), "interfaces": ["enp1s0"]}
+    program((root, tool), "--apply-json", named)
+    assert (root / "sys/class/net/enp1s0/mtu").read_text() == "9000\n"
+
+
+def test_a_hung_tool_is_cut_off(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ethtool").write_text("#!/bin/sh\nsleep 30\n")
+    (bin_dir / "ethtool").chmod(0o755)
+    root = tmp_path / "host"
+    (root / "sys/class/net/enp1s0").mkdir(parents=True)
+    (root / "sys/class/net/enp1s0/mtu").write_text("9000\n")
+    config = {**routed(), "interfaces": ["enp1s0"], "tool_timeout": 1}
+    env = {**os.environ, "HICACHE_SYSFS_ROOT": str(root), "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, str(PROGRAM), "--check-json", json.dumps(config)], env=env, capture_output=True, text=True, timeout=20)
+    reasons = {u["what"]: u["reason"] for u in json.loads(proc.stdout)["unavailable"]}
+    assert reasons["enp1s0 rings"] == "ethtool -g enp1s0: no answer within 1 s"
+
+
+def test_the_boot_unit_runs_before_the_network_after_the_driver_stack_and_bounded():
+    unit = nic.unit_text()
+    lines = unit.splitlines()
+    assert "Before=network-pre.target shutdown.target" in lines and "Wants=network-pre.target" in lines
+    assert any(line.startswith("After=") and "openibd.service" in line for line in lines)
+    assert not any(line.startswith("After=") and "network-pre.target" in line for line in lines)
+    assert f"TimeoutStartSec={nic.START_TIMEOUT}" in lines and nic.TOOL_TIMEOUT * 4 < nic.START_TIMEOUT
+
+
+def test_render_says_which_ports_and_why():
+    from hicachectl import plans
+
+    assert "hicache_storage_localports" in plans.nic_plan(deployment("vast")).selection
+    routed_plan = plans.nic_plan(deployment("vast", storage_localports=[], storage_server=SERVER))
+    assert f"route to hicache_storage_server {SERVER}" in routed_plan.selection
+    assert json.loads(routed_plan.config_text)["selection"] == routed_plan.selection  # render shows the config file
+
+
+@pytest.mark.parametrize("name", ["ofed-mlx5", "inbox-mlx5", "ipoib"])
+def test_each_sample_is_described_in_the_readme(name):
+    assert f"## {name}" in (SAMPLES / "README.md").read_text()
