@@ -134,17 +134,44 @@ def differences(a, b) -> list[str]:
     return found
 
 
-# What SGLang's own keys hold (the page hash chain starts from the model name and the page size; the file backend's
-# key suffix carries the TP, PP and attention-CP ranks and sizes): servers differing in these never read each
-# other's pages, even in one directory.
-KEYED = ("model", "page size", "TP size", "PP size", "attention CP size")
+# What SGLang's own keys hold, by backend: the page hash chain starts from the model name and the page size, and
+# the backend adds a suffix (sglang 0.5.23, python/sglang/srt/mem_cache/storage/):
+#   file  `<hash>[.<pool>]_<served name>_<tp_rank>_<tp_size>[_<pp>_<rank>][_cp<r>_<s>].bin` (hicache_storage.py,
+#         HiCacheFile): TP, PP and attention CP are keyed;
+#   nixl  `_{model}_{tp_rank}_{tp_size}` only (nixl/hicache_nixl.py, tp_config_suffix): PP and CP ranks are not, so
+#         rules/nixl.py refuses PP > 1 and attention CP > 1 with it;
+#   any other backend: its own scheme, unknown here, so only what the hash chain holds counts.
+# Servers differing in one of these never read each other's pages, even in one directory; servers of different
+# backends neither (a .bin file is not a bucket directory's page).
+_CHAIN = ("model", "page size")
+KEYED_BY_BACKEND = {
+    "file": _CHAIN + ("TP size", "PP size", "attention CP size"),
+    "nixl": _CHAIN + ("TP size",),
+}
+
+
+def keyed(backend: str | None) -> tuple[str, ...]:
+    """What `backend`'s own keys hold (the words of COMPONENTS)."""
+    return KEYED_BY_BACKEND.get(backend or "", _CHAIN)
 
 
 def collisions(a, b) -> list[str]:
     """How two servers writing into ONE directory would read each other's pages as their own: what differs in
     their page format that SGLang's keys do not hold ([] when the keys themselves differ, or nothing does)."""
     left, right = components(a), components(b)
-    if any(left[words] != right[words] for words in KEYED):
+    if left["backend"] != right["backend"]:
+        return []
+    if any(left[words] != right[words] for words in keyed(a.storage_backend)):
         return []
     return [f"{words} {left.get(words, 'default')} vs {right.get(words, 'default')}"
             for words in dict.fromkeys([*left, *right]) if left.get(words, "default") != right.get(words, "default")]
+
+
+# NIXL's files sit in bucket directories named by BUCKET_HEX_CHARS (2) lower-case hex digits directly under its base
+# directory (nixl/nixl_routing.py route_key, nixl_cleaner.py _BUCKET_NAME_RE): a namespace of that form cannot be
+# told from a bucket by `l3`, `--prune` or NIXL's cleaner.
+BUCKET = re.compile(r"[0-9a-fA-F]{2}")
+
+
+def looks_like_bucket(name: str | None) -> bool:
+    return bool(name) and BUCKET.fullmatch(name) is not None

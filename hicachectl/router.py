@@ -1,5 +1,11 @@
-"""The SGLang router (the `sglang-router` package from PyPI) in front of the inventory's servers: what the router
-role installs and runs, and what `verify` concludes from the router's answers. Pure: no I/O.
+"""The SGLang router in front of the inventory's servers: what the router role installs and runs, and what `verify`
+concludes from the router's answers. Pure: no I/O.
+
+Which router: hicache_router_package, `smg` by default. The router's development moved to SMG, the SGLang Model
+Gateway (smg-project/smg; `smg` on PyPI, 1.13.0): SGLang 0.5.23's README lists SMG for deployment and routing,
+and `sglang-router` stopped at 0.3.2 (2026-01). Both install a binary of the package's name with the same
+`launch --host --port --policy --prometheus-host --prometheus-port --worker-urls` (smg 1.13.0 smg/router_args.py)
+and serve the same /workers API and smg_* metrics; neither serves the old /add_worker, /remove_worker (404).
 
 The router runs as a systemd unit from its own virtualenv. Its workers are the inventory's servers (every host not
 in group hicache_routers). The unit reads their URLs from an environment file (WORKERS_ENV beside the venv), so a
@@ -29,7 +35,9 @@ WORKERS_VAR = "HICACHE_ROUTER_WORKER_URLS"
 WORKERS_ENV = "workers.env"  # in hicache_router_dir
 WHEELHOUSE_DIR = "wheels"  # in hicache_router_dir: the controller's wheelhouse, copied
 SGLANG_PORT = 30000  # SGLang's default --port
-METRIC_PREFIX = "smg_"  # sglang-router 0.3.x metric names
+METRIC_PREFIX = "smg_"  # sglang-router 0.3.x's and smg's metric names
+# The version of each router package this release was checked with (hicache_router_version None picks it).
+CHECKED_VERSIONS = {"smg": "1.13.0", "sglang-router": "0.3.2"}
 
 
 # --- the workers --------------------------------------------------------------------------------------
@@ -114,8 +122,18 @@ def metrics_url(d) -> str:
     return f"http://{_connect_host(d)}:{d.router_prometheus_port}/metrics"
 
 
+def package(d) -> str:
+    return d.router_package or "smg"
+
+
+def version(d) -> str:
+    """The pinned version of the router package: hicache_router_version, else the one this release was checked with."""
+    return d.router_version or CHECKED_VERSIONS[package(d)]
+
+
 def binary(d) -> str:
-    return f"{d.router_dir.rstrip('/')}/bin/sglang-router"
+    """The package's console script in its virtualenv (smg: `smg`, sglang-router: `sglang-router`)."""
+    return f"{d.router_dir.rstrip('/')}/bin/{package(d)}"
 
 
 def launch_argv(d, urls: Iterable[str]) -> list[str]:
@@ -139,7 +157,7 @@ def workers_env(urls: Iterable[str]) -> str:
 def unit_fields(d) -> dict[str, str]:
     """The values roles/router/templates/sglang-router.service.j2 places, each escaped for its unit setting."""
     return {"host": render.unit_value(d.inventory_host),
-            "description": render.unit_value(f"SGLang router {d.router_version} (hicache-deploy)"),
+            "description": render.unit_value(f"SGLang router {package(d)} {version(d)} (hicache-deploy)"),
             "environment_file": render.unit_word(f"{d.router_dir.rstrip('/')}/{WORKERS_ENV}"),
             "exec_start": exec_start(d)}
 
@@ -152,9 +170,10 @@ def plan(d, hostvars: Mapping[str, Mapping[str, Any]], servers: Iterable[str]) -
     wheelhouse = f"{directory}/{WHEELHOUSE_DIR}" if d.router_wheelhouse else None
     pip_args = ["--no-index", "--find-links", wheelhouse] if wheelhouse else (["--index-url", d.router_index_url] if d.router_index_url else [])
     return {
-        "version": d.router_version,
+        "package": package(d),
+        "version": version(d),
         "dir": directory,
-        "requirement": f"sglang-router=={d.router_version}",
+        "requirement": f"{package(d)}=={version(d)}",
         "pip_args": pip_args,
         "index_url": d.router_index_url,
         "wheelhouse_src": d.router_wheelhouse.rstrip("/") + "/" if d.router_wheelhouse else None,
@@ -235,7 +254,7 @@ def judge(router_vars: Mapping[str, Any], observed: Mapping[str, Any]) -> dict[s
     reach = {_key(k): v for k, v in (observed.get("worker_health") or {}).items()}
     if listed is None:
         checks.append(_check("router workers", FAIL, f"GET /workers answered {_status(observed.get('workers'))}, not a worker list",
-                             f"is this sglang-router {router_vars.get('version', '')}? `journalctl -u {service}`."))
+                             f"is this {router_vars.get('package', 'the router')} {router_vars.get('version', '')}? `journalctl -u {service}`."))
     elif not expected:
         checks.append(_check("router workers", NOT_CHECKED, "the inventory has no servers (hosts outside hicache_routers)"))
     else:

@@ -152,6 +152,20 @@ def endpoint_checks(d, obs: Mapping[str, Any]) -> list[dict[str, str]]:
     return checks
 
 
+# SGLang's defaults (0.5.23 server_args.py: --hicache-storage-prefetch-policy timeout, --hicache-write-policy
+# write_through; managers/cache_controller.py: prefetch_threshold 256, raised to the page size), for a setting left unset.
+SGLANG_PREFETCH_POLICY = "timeout"
+SGLANG_WRITE_POLICY = "write_through"
+SGLANG_PREFETCH_THRESHOLD = 256
+
+
+def prefetch_threshold(d) -> int:
+    """Tokens below which SGLang does not load a prefix from L3 at all (unified_radix_cache.py: len(prefetch_key) <
+    prefetch_threshold returns); the controller takes max(prefetch_threshold, page_size)."""
+    value = d.extra_config.get("prefetch_threshold", SGLANG_PREFETCH_THRESHOLD) if d.extra_config else SGLANG_PREFETCH_THRESHOLD
+    return max(int(value) if isinstance(value, int) and not isinstance(value, bool) else SGLANG_PREFETCH_THRESHOLD, d.page_size or 1)
+
+
 def _keys_changed(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
     changes = []
     for field, what in (("page_size", "page size"), ("served_model_name", "served model name")):
@@ -175,7 +189,7 @@ def _l3_write(d, writer, obs: Mapping[str, Any]) -> tuple[dict[str, str], bool]:
     if written is not None and written >= page:
         return _check("L3 write", PASS, f"{written:.0f} of {prompt_tokens} prompt tokens written to L3{by}"), True
     info = _json(obs.get("writer_info") if writer is not d else obs.get("info_before"))
-    policy = (info.get("hicache_write_policy") if isinstance(info, dict) else None) or writer.write_policy  # what the server runs
+    policy = (info.get("hicache_write_policy") if isinstance(info, dict) else None) or writer.write_policy or SGLANG_WRITE_POLICY  # what runs
     if written is None:
         cause = f"the server{on} reports no sglang:backuped_tokens_total: the storage backend did not start (server log) or metrics are off."
     elif policy == "write_back":
@@ -237,6 +251,10 @@ def l3_checks(d, obs: Mapping[str, Any], writer=None) -> list[dict[str, str]]:
         cause = (f"{writer.inventory_host} and {d.inventory_host} differ: {'; '.join(differences)}. Their pages have other keys or another "
                  f"namespace, so one cannot read what the other wrote: give every host of hicache_l3_share {d.l3_share} the same page format "
                  "and namespace, or another hicache_l3_share.")
+    elif (hits or 0) == 0 and prompt_tokens < prefetch_threshold(d):
+        cause = (f"the prompt ({prompt_tokens} tokens) is shorter than SGLang's prefetch threshold ({prefetch_threshold(d)} tokens: "
+                 "hicache_extra_config.prefetch_threshold, 256 by default, at least a page), below which a prefix is not loaded from "
+                 "L3 at all; verify with a longer prompt, or lower prefetch_threshold.")
     elif (hits or 0) > 0:
         cause = (f"only {hits:.0f} of {prompt_tokens} prompt tokens came from storage (the proof needs {needed}): those may be pages "
                  f"{d.inventory_host} wrote itself before (a chat template's), not the proof's "
@@ -244,7 +262,7 @@ def l3_checks(d, obs: Mapping[str, Any], writer=None) -> list[dict[str, str]]:
     elif dropped > 0:
         cause = f"{dropped:.0f} tokens were dropped from the host pool: it is too small to stage the pages; raise hicache_size_gb (see `hicachectl size`)."
     elif unfulfilled > 0:
-        cause = f"{unfulfilled:.0f} tokens were not prefetched in time (prefetch policy {d.prefetch_policy or 'best_effort'}): L3 reads are too slow or the host pool too small."
+        cause = f"{unfulfilled:.0f} tokens were not prefetched in time (prefetch policy {d.prefetch_policy or SGLANG_PREFETCH_POLICY}): L3 reads are too slow or the host pool too small."
     elif shared:
         cause = (f"{writer.inventory_host} wrote the pages and {d.inventory_host} runs the same page format and namespace, yet found none: "
                  f"the tier is not really shared (is hicache_cache_dir {d.cache_dir} on {d.inventory_host} the same export as "

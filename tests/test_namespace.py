@@ -131,3 +131,29 @@ def test_extra_args_that_change_the_page_bytes_change_the_namespace_and_the_hash
     before = namespace.of(base)
     monkeypatch.setattr(namespace, "COMPONENTS", tuple((field, words.upper()) for field, words in namespace.COMPONENTS))
     assert namespace.of(base) == before  # display words are not hashed: rewording never empties a fleet's cache
+
+
+def _built(name: str, **overrides):
+    """A shipped inventory's first host with overrides, built even when a rule refuses it (the namespace is pure)."""
+    from helpers import _host_vars
+    host, variables = _host_vars(name)
+    return rules.build(host, {**variables, **{f"hicache_{k}": v for k, v in overrides.items()}})
+
+
+@pytest.mark.parametrize("field", ["pp_size", "attn_cp_size"])
+def test_what_counts_as_keyed_depends_on_the_backend(field):
+    # One directory, two servers differing only in PP (or attention CP): the file backend's names carry the PP and
+    # CP ranks (HiCacheFile), NIXL's only _{model}_{tp_rank}_{tp_size} (hicache_nixl.py), so there they collide.
+    words = dict(namespace.COMPONENTS)[field]
+    assert namespace.collisions(_built("local"), _built("local", **{field: 2})) == []
+    assert namespace.collisions(_built("vast"), _built("vast", **{field: 2})) == [f"{words} 1 vs 2"]
+    assert words in namespace.keyed("file") and words not in namespace.keyed("nixl") and "TP size" in namespace.keyed("nixl")
+
+
+def test_servers_of_different_backends_do_not_read_each_others_pages():
+    assert namespace.collisions(_built("vast"), _built("vast", storage_backend="file", nixl_plugin=None)) == []
+
+
+@pytest.mark.parametrize("name,bucket", [("00", True), ("ff", True), ("Ab", True), ("abc", False), ("a", False), (None, False)])
+def test_looks_like_bucket(name, bucket):
+    assert namespace.looks_like_bucket(name) is bucket

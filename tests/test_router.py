@@ -65,7 +65,7 @@ def test_extra_workers_are_those_the_inventory_does_not_name():
 def test_launch_argv():
     d = router_host(hicache_router_port=30081, hicache_router_policy="round_robin", hicache_router_extra_args=["--log-level", "warn"])
     argv = router.launch_argv(d, ["http://10.0.0.1:30000/", "http://[fd00::2]:30000"])
-    assert argv == ["/opt/sglang-router/bin/sglang-router", "launch", "--host", "0.0.0.0", "--port", "30081", "--policy", "round_robin",
+    assert argv == ["/opt/sglang-router/bin/smg", "launch", "--host", "0.0.0.0", "--port", "30081", "--policy", "round_robin",
                     "--prometheus-host", "0.0.0.0", "--prometheus-port", "29000", "--log-level", "warn",
                     "--worker-urls", "http://10.0.0.1:30000", "http://[fd00::2]:30000"]
 
@@ -107,7 +107,25 @@ def test_wheelhouse_installs_offline_and_index_url_from_the_mirror():
     assert offline["wheelhouse_src"] == "/srv/wheels/" and offline["pip_args"] == ["--no-index", "--find-links", "/opt/sglang-router/wheels"]
     mirror = router.plan(router_host(hicache_router_index_url="https://pypi.example.com/simple"), {}, [])
     assert mirror["pip_args"] == ["--index-url", "https://pypi.example.com/simple"] and mirror["wheelhouse"] is None
-    assert mirror["requirement"] == "sglang-router==0.3.2"
+    assert mirror["requirement"] == "smg==1.13.0"
+
+
+@pytest.mark.parametrize("variables,package,requirement", [
+    ({}, "smg", "smg==1.13.0"),  # SMG by default: where the router's development moved (SGLang 0.5.23's README)
+    ({"hicache_router_package": "sglang-router"}, "sglang-router", "sglang-router==0.3.2"),
+    ({"hicache_router_package": "sglang-router", "hicache_router_version": "0.3.1"}, "sglang-router", "sglang-router==0.3.1"),
+    ({"hicache_router_version": "1.12.0"}, "smg", "smg==1.12.0"),
+])
+def test_the_router_package_and_its_binary_are_a_choice(variables, package, requirement):
+    plan = router.plan(router_host(**variables), {}, [])
+    assert plan["package"] == package and plan["requirement"] == requirement and plan["version"] == requirement.split("==")[1]
+    assert plan["binary"] == f"/opt/sglang-router/bin/{package}" == plan["argv"][0]
+    assert f"SGLang router {package} {plan['version']}" in plan["unit"]["description"]
+
+
+def test_an_unknown_router_package_is_refused():
+    _, found = router.check_router_host("router-1", {"hicache_router_package": "sglang_router"})
+    assert any(f.variable == "hicache_router_package" and f.level == "error" for f in found)
 
 
 def test_a_wildcard_bind_is_reached_on_loopback():

@@ -49,7 +49,9 @@ CASES = [
     ("GDS_MT thread count", {**VALID, "hicache_nixl_plugin": None, "hicache_extra_config": GDS_MT_MANY}, None, "nixl-param-type", "hicache_extra_config.plugin.gds_mt.thread_count", "gpu-a"),
     ("no active NIXL plugin", {**VALID, "hicache_nixl_plugin": None, "hicache_extra_config": {"plugin": {"posix": {"use_uring": "true"}}}}, None, "nixl-plugin-section", "hicache_extra_config.plugin", "gpu-a"),
     ("extra-config key typed wrong", {**VALID, "hicache_extra_config": {"use_uring": "true", "prefetch_threshold": "256"}}, None, "extra-config-type", "hicache_extra_config.prefetch_threshold", "gpu-a"),
-    ("pNFS with nconnect", {**VALID, "hicache_storage_type": "netapp", "hicache_storage_remoteports": None, "hicache_storage_localports": []}, None, "pnfs-nconnect", "hicache_storage_nconnect", "gpu-a"),
+    # ONTAP: pNFS with nconnect or with session trunking, not both (pnfs/pnfs-plan-concept.adoc).
+    ("pNFS with nconnect and trunking", {**VALID, "hicache_storage_type": "netapp", "hicache_storage_remoteports": None, "hicache_storage_localports": [],
+                                         "hicache_storage_options": ["max_connect=4"]}, None, "pnfs-nconnect-trunking", "hicache_storage_nconnect", "gpu-a"),
     ("ADP with pipeline parallel", ADP | {"hicache_pp_size": 2}, None, "xkv-limits", "hicache_pp_size", "gpu-a"),
     ("dynamic backend without class", ADP | {"hicache_extra_config": {"backend_name": "xkv", "module_path": "xkv_sglang_hicache"}}, None, "dynamic-backend", "hicache_extra_config.class_name", "gpu-a"),
     ("host pool over RAM on one host", VALID, {"hicache_host_ram_gb": 1024}, "host-pool-ram", "hicache_size_gb", "gpu-b"),

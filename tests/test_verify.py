@@ -255,3 +255,23 @@ def test_the_running_kv_dtype_and_tp_size_are_compared_with_the_inventory():
     d = deployment("local", page_size=16, kv_cache_dtype="fp8_e4m3", tp_size=2)
     drift = verify.server_drift(d, {"page_size": 16, "kv_cache_dtype": "auto", "tp_size": 1})
     assert drift == ["KV dtype auto (inventory: fp8_e4m3)", "TP size 1 (inventory: 2)"]
+
+
+def test_unfulfilled_prefetch_names_sglangs_default_policy_when_unset():
+    # SGLang 0.5.23's --hicache-storage-prefetch-policy defaults to timeout, not best_effort
+    d = deployment("local", page_size=64)
+    assert d.prefetch_policy is None
+    result = verify.judge(d, observations(d, reuse=chat(300, 0),
+                                          reuse_metrics=answered(content=metrics_text(backuped=256, unfulfilled=256))), l3=True)
+    assert "prefetch policy timeout" in failed(result)["L3 hit after restart"]["cause"]
+
+
+@pytest.mark.parametrize("extra,page,threshold", [({}, 16, 256), ({"prefetch_threshold": 64}, 16, 64), ({"prefetch_threshold": 64}, 128, 128)])
+def test_a_prompt_below_the_prefetch_threshold_is_not_loaded_from_l3(extra, page, threshold):
+    # unified_radix_cache.py: a prefix shorter than prefetch_threshold (256, at least a page) is not prefetched at all
+    d = deployment("local", page_size=page, extra_config={"max_size": "1T", **extra})
+    short = threshold - 1
+    result = verify.judge(d, observations(d, fill=chat(short), fill_metrics=answered(content=metrics_text(backuped=page)),
+                                          reuse=chat(short, 0), reuse_metrics=answered(content=metrics_text(backuped=page))), l3=True)
+    assert f"shorter than SGLang's prefetch threshold ({threshold} tokens" in failed(result)["L3 hit after restart"]["cause"]
+    assert verify.prefetch_threshold(d) == threshold

@@ -1,35 +1,55 @@
-"""Pass 2, the NIXL backend: the plugin sections and parameters of hicache_extra_config, and io_uring in Docker."""
+"""Pass 2, the NIXL backend: the plugin sections and parameters of hicache_extra_config, the ranks its keys hold,
+its L3 cleaner, and io_uring in Docker."""
 
 from __future__ import annotations
 
 import difflib
+import posixpath
 from collections.abc import Mapping
 from typing import Any
 
+from hicachectl.model import PREFIX
 from hicachectl.rules.findings import rule
 from hicachectl.rules.sglang import _SGLANG_KEYS
 from hicachectl.rules.variables import _type_ok
 
 # NIXL plugin parameters (ai-dynamo/nixl); SGLang hands each one to NIXL as str(value).
 _NIXL_TOP_LEVEL = {"use_direct_io", "l3_cleaner_enabled", "l3_cleaner_high_watermark", "l3_cleaner_low_watermark"}
-_NIXL_BOOL_WORDS = {"y", "yes", "on", "1", "true", "enable", "n", "no", "off", "0", "false", "disable"}
+# NIXL's bool conversion (src/utils/common/config_traits.h; NIXL 1.5.1's own message: "known are y, yes, on, 1,
+# true, enable as positive and n, no, off, 0, false, disable as negative (case insensitive)"). A JSON true reaches
+# NIXL as SGLang's str(True), 'True', which is positive.
+_NIXL_TRUE_WORDS = {"y", "yes", "on", "1", "true", "enable"}
+_NIXL_BOOL_WORDS = _NIXL_TRUE_WORDS | {"n", "no", "off", "0", "false", "disable"}
 _NIXL_POSIX_BOOLS = ("use_aio", "use_uring", "use_posix_aio")
 _NIXL_POSIX_RANGES = {"ios_pool_size": (64, 65536), "kernel_queue_size": (16, 1024)}
 _NIXL_SECTIONS = {"posix", "gds_mt", "gds", "hf3fs", "obj"}
 
 
+def nixl_true(value: Any) -> bool:
+    """Whether NIXL reads the value SGLang hands it (str(value)) as true."""
+    return str(value).lower() in _NIXL_TRUE_WORDS
+
+
 def _nixl_plugin_params(d, out, plugin: str, params: Mapping[str, Any], where: str) -> None:
     plugin = plugin.upper()
+    # NIXL 1.5.1's POSIX plugin picks one io queue and refuses two asked for at once: "POSIX I/O queue parameters
+    # use_aio, use_uring, and use_posix_aio are mutually exclusive" (backend creation fails, so SGLang does not start).
+    # A key set to false is no request. Seen with nixl-cu12 1.5.1's POSIX plugin (agent.createBackend), see
+    # tests/test_nixl_io_queue.py.
+    queues = [key for key in _NIXL_POSIX_BOOLS if key in params and nixl_true(params[key])]
+    if len(queues) > 1:
+        out.error(f"{where}.{queues[1]}", "nixl-io-queue",
+                  f"{' and '.join(queues)} are both true; NIXL's POSIX plugin takes at most one io queue and refuses to start "
+                  "('mutually exclusive').",
+                  f"keep one of {', '.join(queues)} (none: NIXL picks libaio, which also works where io_uring is blocked).")
     for key, value in params.items():
         path = f"{where}.{key}"
         if key in _NIXL_POSIX_BOOLS:
             if plugin not in ("POSIX", "AUTO"):
                 out.error(path, "nixl-param-plugin", f"is a POSIX plugin parameter but the plugin is {plugin}.", "remove it or select the POSIX plugin.")
             if isinstance(value, bool):
-                if value:
-                    out.warn(path, "nixl-bool-text", "is a JSON boolean, which reaches NIXL as the text 'True'; NIXL releases that compare with 'true' or '1' exactly then ignore it.",
-                             'write the string "true" to be sure (the seed documents use the boolean).')
-            elif not isinstance(value, str) or value.lower() not in _NIXL_BOOL_WORDS:
+                continue  # SGLang hands NIXL 'True'/'False', which NIXL reads case-insensitively
+            if not isinstance(value, (str, int)) or str(value).lower() not in _NIXL_BOOL_WORDS:
                 out.error(path, "nixl-param-type", f"{value!r} is not a value NIXL reads as a boolean; the backend fails to start.",
                           "use true or false.")
         elif key in _NIXL_POSIX_RANGES:
@@ -97,3 +117,60 @@ def _uring_in_container(d, out):
                  "NIXL's POSIX plugin is asked for io_uring, which Docker's default seccomp profile blocks (io_uring_setup/enter/register); "
                  "NIXL then fails to create its backend and the deploy falls back to posix_aio.",
                  "set hicache_container_seccomp to a profile that allows the io_uring syscalls (or unconfined), or use posix_aio.")
+
+
+@rule
+def _nixl_rank_keys(d, out):
+    """NIXL's keys end in _{model}_{tp_rank}_{tp_size} only (sglang 0.5.23 nixl/hicache_nixl.py, tp_config_suffix;
+    MLA: _{model}): the ranks of another pipeline stage or attention-CP group write the same file names, so each
+    overwrites the others' pages and a reader loads another stage's layers as its own."""
+    if d.storage_backend != "nixl":
+        return
+    for name, what in (("pp_size", "pipeline parallelism"), ("attn_cp_size", "attention context parallelism")):
+        value = getattr(d, name)
+        if value is not None and value > 1:
+            out.error(PREFIX + name, "nixl-rank-keys",
+                      f"{what} {value} with the nixl backend: NIXL's keys hold only the TP rank and size "
+                      f"(_{{model}}_{{tp_rank}}_{{tp_size}}), so the ranks of each {'stage' if name == 'pp_size' else 'CP group'} "
+                      "overwrite each other's pages.",
+                      f"set {PREFIX + name}: 1, or use hicache_storage_backend: file (its keys hold the PP and CP ranks).")
+
+
+def _under(path: str | None, base: str | None) -> bool:
+    if not path or not base:
+        return False
+    path, base = posixpath.normpath(path), posixpath.normpath(base)
+    return path == base or path.startswith(base.rstrip("/") + "/")
+
+
+@rule
+def _nixl_cleaner(d, out):
+    """NIXL's L3 cleaner (sglang 0.5.23 nixl/nixl_utils.py get_l3_cleaner_config, nixl/nixl_cleaner.py): on unless
+    l3_cleaner_enabled is false; every 30 s, once the *filesystem* of its base directory is at high_watermark % (80)
+    used (statvfs), it deletes the oldest pages it finds down to low_watermark % (70). It finds only the 2-hex bucket
+    directories directly under its own base directory (this server's namespace), so on a tier that also holds other
+    servers' namespaces, old namespaces or the model's weights, it empties the live namespace to free space that
+    others hold. Old namespaces are `hicachectl l3 --prune`'s (docs/sglang-rules.md)."""
+    if d.storage_backend != "nixl":
+        return
+    config = d.extra_config
+    enabled = config.get("l3_cleaner_enabled", True)
+    high, low = config.get("l3_cleaner_high_watermark", 80.0), config.get("l3_cleaner_low_watermark", 70.0)
+    if _type_ok("float", high) and _type_ok("float", low) and not low < high:
+        out.error("hicache_extra_config.l3_cleaner_low_watermark", "nixl-cleaner",
+                  f"{low} is not below l3_cleaner_high_watermark {high}; SGLang's cleaner raises ValueError and the server does not start.",
+                  "keep the low watermark below the high one (defaults 70 and 80).")
+    if enabled is not True:
+        return
+    fix = ("set hicache_extra_config.l3_cleaner_enabled: false and keep the tier in bounds with `hicachectl l3 --prune` "
+           "(it removes namespaces no server uses), or give this server an export of its own.")
+    if d.l3_share:
+        out.warn("hicache_extra_config.l3_cleaner_enabled", "nixl-cleaner-shared",
+                 f"NIXL's L3 cleaner is on (its default) on the shared L3 tier {d.l3_share}: it watches the whole filesystem's "
+                 f"usage ({high}% -> {low}%) but deletes only in its own directory, so each server evicts its live pages for space "
+                 "the other servers' pages hold.", fix)
+    if _under(d.model_dir, d.cache_dir):
+        out.warn("hicache_extra_config.l3_cleaner_enabled", "nixl-cleaner-weights",
+                 f"NIXL's L3 cleaner is on (its default) and hicache_model_dir {d.model_dir} lies on the L3 tier {d.cache_dir}: the weights "
+                 f"count toward its {high}% watermark, so it evicts live pages for space the weights hold (and never below it, if they alone pass it).",
+                 "move hicache_model_dir off the L3 tier, or " + fix)

@@ -252,3 +252,28 @@ def _extra_config_sglang_keys(d, out):
             out.error(f"hicache_extra_config.{key}", "extra-config-type",
                       f"is {type(d.extra_config[key]).__name__} {d.extra_config[key]!r}; SGLang requires {' or '.join(_TYPE_WORDS[k] for k in kinds)} and refuses to start.",
                       f"give {_TYPE_WORDS[kinds[0]]} without quotes.")
+
+
+# The backends' own variables (sglang 0.5.23 environ.py; read by mem_cache/hicache_storage.py HiCacheFile and
+# storage/nixl/hicache_nixl.py, nixl_utils.py) that launch.container_env sets from the inventory. Given again in
+# hicache_container_env they win silently (they come later), and the server then writes where `l3`, `--prune` and
+# `verify --l3` never look, or with another plugin or O_DIRECT setting than the inventory says.
+_BACKEND_ENV = {
+    "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR": "hicache_cache_dir (and hicache_l3_namespace)",
+    "SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR": "hicache_cache_dir (and hicache_l3_namespace)",
+    "SGLANG_HICACHE_NIXL_BACKEND_PLUGIN": "hicache_nixl_plugin",
+    "SGLANG_HICACHE_NIXL_USE_DIRECT_IO": "hicache_extra_config.use_direct_io",
+}
+_STORAGE_DIR_ENV = re.compile(r"SGLANG_HICACHE_\w*_STORAGE_DIR")
+
+
+@rule
+def _container_env_backend(d, out):
+    for key in d.container_env:
+        name = str(key)
+        instead = _BACKEND_ENV.get(name) or ("hicache_cache_dir (and hicache_l3_namespace)" if _STORAGE_DIR_ENV.fullmatch(name) else None)
+        if instead:
+            out.error(f"hicache_container_env.{name}", "backend-env",
+                      f"is the storage backend's own variable, which hicache-deploy sets from {instead}; set here it wins silently, "
+                      "so the server writes where `l3`, `--prune` and `verify --l3` do not look.",
+                      f"remove {name} and set {instead.split(' ')[0]}.")

@@ -3,6 +3,9 @@ pool against the host's RAM, and both tiers against the workload (with the model
 
 from __future__ import annotations
 
+import re
+
+from hicachectl import namespace
 from hicachectl.model import PREFIX
 from hicachectl.rules.findings import rule
 from hicachectl.rules.variables import _type_ok
@@ -44,6 +47,11 @@ def _xkv_limits(d, out):
 def _l3_namespace(d, out):
     if d.storage_backend is None:
         return
+    if d.storage_backend in ("file", "nixl") and namespace.looks_like_bucket(d.l3_namespace):
+        out.error("hicache_l3_namespace", "l3-namespace-bucket",
+                  f"{d.l3_namespace!r} has the form of a NIXL bucket directory (two hex digits, sglang nixl/nixl_routing.py): "
+                  "`hicachectl l3`, `--prune` and NIXL's cleaner would take the namespace for a bucket of pages.",
+                  "use a name of three or more characters, or auto.")
     if d.l3_namespace == "off":
         out.warn("hicache_l3_namespace", "l3-namespace-off",
                  "is off: pages go directly into the tier, so a server whose KV dtype, TP layout or memory layout changed reads the "
@@ -55,18 +63,80 @@ def _l3_namespace(d, out):
                   "remove key_namespace and set hicache_l3_namespace to that name (or to off to keep yours).")
 
 
+def host_pool_ranks(d) -> tuple[int, str]:
+    """How many host pools of --hicache-size one server pins, and how: one per rank (sglang's size is per rank,
+    #14282): TP x PP, times DP when DP is a set of replicas (with DP attention the DP ranks are the TP ranks)."""
+    tp, pp, dp = d.tp_size or 1, d.pp_size or 1, d.dp_size or 1
+    if d.enable_dp_attention:
+        dp = 1
+    parts = [f"{n} {what}" for n, what in ((tp, "TP"), (pp, "PP"), (dp, "DP")) if n > 1 or what == "TP"]
+    return tp * pp * dp, " x ".join(parts) + " ranks"
+
+
 @rule
 def _host_pool_fits(d, out):
     if d.host_ram_gb is None or d.size_gb is None:
         return
-    ranks = d.tp_size or 1
+    ranks, how = host_pool_ranks(d)
     pool = d.size_gb * ranks
     available = d.host_ram_gb - d.host_ram_headroom_gb
     if pool > available:
         out.error("hicache_size_gb", "host-pool-ram",
-                  f"{d.size_gb} GB x {ranks} TP ranks = {pool} GB of pinned host pool, but the host has {d.host_ram_gb} GB "
+                  f"{d.size_gb} GB x {how} = {pool} GB of pinned host pool, but the host has {d.host_ram_gb} GB "
                   f"and keeps {d.host_ram_headroom_gb} GB free; SGLang stops with 'Not enough host memory available'.",
                   f"lower hicache_size_gb to {max(available // ranks, 0)} or less.")
+
+
+# The file backend's bounds (sglang 0.5.23 mem_cache/storage/file/lru_file_evictor.py, LRUFileEvictor._load_config):
+# extra-config keys first, else the environment. Without a size cap or a free-space floor the tier grows without
+# bound. A size is bytes or human_readable_int's (sglang/srt/utils/common.py) SI k/M/G/T (decimals allowed) or IEC
+# Ki/Mi/Gi/Ti (integers); anything else is logged and turns eviction off, a ratio outside (0, 1] becomes 0.9.
+_FILE_BOUNDS = {"max_size": "SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE", "min_free_space": "SGLANG_HICACHE_FILE_BACKEND_MIN_FREE_SPACE"}
+_FILE_RATIO = ("eviction_ratio", "SGLANG_HICACHE_FILE_BACKEND_EVICTION_RATIO")
+_SIZE = re.compile(r"\d+|\d+(?:\.\d+)?[kMGT]|\d+(?:Ki|Mi|Gi|Ti)")
+
+
+def _file_bound(d, key: str, env: str):
+    """(where it is set, the value) of one bound: the extra config's key, else the container's environment."""
+    if d.extra_config.get(key) is not None:
+        return f"hicache_extra_config.{key}", d.extra_config[key]
+    if env in d.container_env:
+        return f"hicache_container_env.{env}", d.container_env[env]
+    return None, None
+
+
+def _size_set(value) -> bool:
+    return value is not None and str(value).strip() not in ("", "0")
+
+
+@rule
+def _file_backend_bounds(d, out):
+    if d.storage_backend != "file":
+        return
+    bounded = False
+    for key, env in _FILE_BOUNDS.items():
+        where, value = _file_bound(d, key, env)
+        if where is None:
+            continue
+        if isinstance(value, bool) or not (_type_ok("int", value) and value >= 0 or isinstance(value, str) and _SIZE.fullmatch(value.strip())):
+            out.error(where, "file-backend-size",
+                      f"{value!r} is not a size SGLang's file backend reads; it logs 'Invalid size' and stores without bound.",
+                      "give bytes or a number with k, M, G, T (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024), e.g. '800G'.")
+        bounded = bounded or _size_set(value)
+    where, ratio = _file_bound(d, *_FILE_RATIO)
+    if where is not None:
+        try:
+            ok = not isinstance(ratio, bool) and 0.0 < float(ratio) <= 1.0
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            out.error(where, "file-backend-size", f"{ratio!r} is not a fraction in (0, 1]; SGLang's file backend uses 0.9 instead.",
+                      "give e.g. 0.9 (evict down to 90% of max_size).")
+    if not bounded:
+        out.warn("hicache_extra_config.max_size", "file-backend-unbounded",
+                 "SGLang's file backend stores pages without bound unless max_size or min_free_space is set (extra config, or "
+                 "SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE / _MIN_FREE_SPACE): the tier fills up and every write then fails.",
+                 "set hicache_extra_config.max_size (e.g. '800G', below the tier's size) or min_free_space (e.g. '50G').")
 
 
 @rule

@@ -1,4 +1,6 @@
-"""The real sglang-router (PyPI, 0.3.2) in front of three stand-in servers on SSH test hosts (issue #12).
+"""The real router in front of three stand-in servers on SSH test hosts (issues #12, #23): the default package
+(smg, SGLang's router since it moved to SMG), or the one HICACHE_TEST_ROUTER_PACKAGE names (sglang-router for 0.3.2),
+at the version this release was checked with (hicachectl/router.py CHECKED_VERSIONS), from a wheelhouse fetched here.
 
 - cache-aware routing: 30 prompts sharing a long prefix land on one server (each server's own
   sglang:num_requests_total), unlike round_robin;
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import os
 import pathlib
 import re
 import threading
@@ -29,9 +32,13 @@ import pytest
 from fleet import STANDIN, Fleet
 from support import cli
 
+from hicachectl.router import CHECKED_VERSIONS
+
 pytestmark = pytest.mark.slow
 
-WHEELHOUSE = pathlib.Path.home() / ".cache/hicache-deploy/router-wheels-0.3.2"
+ROUTER_PACKAGE = os.environ.get("HICACHE_TEST_ROUTER_PACKAGE", "smg")
+ROUTER_VERSION = CHECKED_VERSIONS[ROUTER_PACKAGE]
+WHEELHOUSE = pathlib.Path.home() / f".cache/hicache-deploy/router-wheels-{ROUTER_PACKAGE}-{ROUTER_VERSION}"
 ROUTER_PORT = 30080
 BASE_VARS = {
     "hicache_container_runtime": "none",
@@ -45,6 +52,7 @@ BASE_VARS = {
     # server stopped without a drain would be seen cutting requests.
     "hicache_container_env": {"STANDIN_LOAD_SECONDS": "5", "STANDIN_PREFILL_US_PER_TOKEN": "300"},
     "hicache_router_wheelhouse": str(WHEELHOUSE),
+    "hicache_router_package": ROUTER_PACKAGE,
     # one L3 tier for the three servers (a host directory mounted into each): warm prompts hit on any of them
     "hicache_storage_backend": "file",
     "hicache_storage_type": "local",
@@ -60,7 +68,7 @@ def bed(tmp_path_factory):
     if not WHEELHOUSE.is_dir():
         import subprocess
         import sys
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "sglang-router==0.3.2", "-d", str(WHEELHOUSE)], check=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", f"{ROUTER_PACKAGE}=={ROUTER_VERSION}", "-d", str(WHEELHOUSE)], check=True)
     shared = tmp_path_factory.mktemp("router-l3")
     fleet = Fleet(tmp_path_factory.mktemp("router"), 4, prefix="hicache-router", volumes=(f"{shared}:/mnt/kvcache",)).up()
     try:
@@ -260,7 +268,9 @@ def test_a_rolling_upgrade_through_the_router_fails_no_request_and_drains_each_s
     monitor.start()
     client.start()
     time.sleep(3)  # the stream is flowing before the first server leaves
-    upgrade = cli("upgrade", "--image", "lmsysorg/sglang:v0.5.23-cu129", "--inventory", str(inv))
+    # Upgrades are declarative: the new image is the inventory's (docs/operations.md).
+    upgraded = inventory(bed, "rolling-upgraded", hicache_image="lmsysorg/sglang:v0.5.23-cu129")
+    upgrade = cli("upgrade", "--inventory", str(upgraded))
     time.sleep(3)
     client.stop.set()
     client.join(timeout=120)
