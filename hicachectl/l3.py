@@ -226,19 +226,20 @@ def rows(tier: Tier, listing: Mapping[str, Any], used: Mapping[str, list[str]], 
     paths = list(paths)
     out = []
     top = dict(listing.get("top") or {})
-    bucket_files = bucket_bytes = 0
+    bucket_files = bucket_pages = bucket_bytes = 0
     bucket_newest = None
     for entry in listing.get("entries", []):
         name = entry["name"]
         if is_bucket(name):  # the nixl backend's pages without a namespace
             bucket_files += int(entry.get("files", 0))
+            bucket_pages += pages_of(entry)
             bucket_bytes += int(entry.get("bytes", 0))
             if entry.get("newest") is not None:
                 bucket_newest = entry["newest"] if bucket_newest is None else max(bucket_newest, entry["newest"])
             continue
         users = tuple(used.get(name, ()))
         here = tuple(h for h in users if h in tier.hosts)
-        common = dict(tier=tier.name, namespace=name, bytes=int(entry.get("bytes", 0)), pages=int(entry.get("files", 0)),
+        common = dict(tier=tier.name, namespace=name, bytes=int(entry.get("bytes", 0)), pages=pages_of(entry),
                       last_use=entry.get("newest"))
         if not is_namespace_name(name):
             out.append(Row(**common, state=NOT_A_NAMESPACE))
@@ -251,10 +252,17 @@ def rows(tier: Tier, listing: Mapping[str, Any], used: Mapping[str, list[str]], 
             out.append(Row(**common, state=UNUSED, why_kept=why, prune=not why))
     files = int(top.get("files") or 0) + bucket_files
     if files:
+        pages = pages_of(top) + bucket_pages
         newest = [t for t in (top.get("newest"), bucket_newest) if t is not None]
-        out.append(Row(tier=tier.name, namespace=NO_NAMESPACE, bytes=int(top.get("bytes") or 0) + bucket_bytes, pages=files,
+        out.append(Row(tier=tier.name, namespace=NO_NAMESPACE, bytes=int(top.get("bytes") or 0) + bucket_bytes, pages=pages,
                        last_use=max(newest) if newest else None, state=TOP_LEVEL, used_by=tier.off_hosts))
     return out
+
+
+def pages_of(entry: Mapping[str, Any]) -> int:
+    """Pages, not files, of a listing's entry: SGLang writes a file per page, rank and (nixl, page_first) k/v part; the
+    module counts the distinct page keys. A listing without the count (an older module) gives files."""
+    return int(entry["pages"] if entry.get("pages") is not None else entry.get("files") or 0)
 
 
 def kept(tier: Tier, entry: Mapping[str, Any], paths: list, unchecked: Mapping[str, str], min_age: float, now: float | None) -> str:

@@ -5,12 +5,13 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 from support import ROOT, SHARED
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "infra"))
-from fleet import Fleet, free_port  # noqa: E402
+from fleet import Fleet, free_port, sglang_path, sglang_storage_env  # noqa: E402
 
 STANDIN = ROOT / "tests/standin/sglang_standin.py"
 
@@ -31,24 +32,34 @@ def fleet3(tmp_path_factory):
 
 @pytest.fixture
 def standin(tmp_path):
-    """Start SGLang stand-ins on this machine: standin(*flags, env=...) -> (port, process)."""
+    """Start SGLang stand-ins on this machine: standin(*flags, env=...) -> (port, process). With an L3 backend
+    (--hicache-storage-backend) its pages go through SGLang's own storage classes (tests/standin/sglang_pages.py), from
+    the CPU environment tests/infra/sglang_env.sh --storage builds once; then this waits for /health (the store opened)."""
     procs = []
 
     def run(*args, env=None):
         port = free_port()
+        storage = "--hicache-storage-backend" in args
+        extra = {"STANDIN_SGLANG_PATH": sglang_path(*sglang_storage_env())} if storage else {}
         proc = subprocess.Popen([sys.executable, str(STANDIN), "--model-path", "/models/m", "--port", str(port), *args],
-                                env={"SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR": str(tmp_path / "l3"), **(env or {})},
+                                env={"SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR": str(tmp_path / "l3"), **extra, **(env or {})},
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         procs.append(proc)
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+        deadline = time.monotonic() + (180 if storage else 5)
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
                 return port, proc
-            except OSError:
-                if proc.poll() is not None:
+            try:
+                if not storage:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
                     return port, proc
-                time.sleep(0.05)
-        raise AssertionError("stand-in did not listen")
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
+                    if answer.status == 200:
+                        return port, proc
+            except OSError:
+                pass
+            time.sleep(0.05 if not storage else 0.5)
+        raise AssertionError("stand-in did not listen" if not storage else "stand-in's L3 store did not open in 180 s")
 
     yield run
     for proc in procs:

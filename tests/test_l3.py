@@ -76,16 +76,43 @@ def test_listing_sums_each_subdirectory_without_following_symlinks_and_the_top_l
     by_name = {e["name"]: e for e in listed["entries"]}
     assert set(by_name) == {"qwen3-8b-aaaaaaaaaaaa", "lost+found"}
     assert by_name["qwen3-8b-aaaaaaaaaaaa"] | {} == {"name": "qwen3-8b-aaaaaaaaaaaa", "bytes": 3 * 5 + 2 * 7, "files": 5,
-                                                    "newest": 1_700_000_100, "namespace_form": True, "derived": True,
+                                                    "pages": 5, "newest": 1_700_000_100, "namespace_form": True, "derived": True,
                                                     "errors": 0, "mounts": 0}
     assert by_name["lost+found"]["namespace_form"] is False
-    assert listed["top"] == {"bytes": 22, "files": 2, "newest": 1_700_000_200, "other": 1}
+    assert listed["top"] == {"bytes": 22, "files": 2, "pages": 2, "newest": 1_700_000_200, "other": 1}
+
+
+def test_pages_are_counted_not_files_on_sglangs_layouts_of_both_backends(tmp_path):
+    """SGLang 0.5.23's names (mem_cache/hicache_storage.py, storage/nixl/hicache_nixl.py): a page of a TP 2 server is two
+    `.bin` files for HiCacheFile and four `_k`/`_v` files in bucket directories for HiCacheNixl (page_first); a
+    `.<uuid>.tmp` being written is no page. `l3` shows 3 pages for each, not 6 or 12 files."""
+    keys = [f"{i:064x}" for i in (1, 2, 3)]
+    file_ns = tmp_path / "l3" / "qwen3-8b-aaaaaaaaaaaa"
+    file_ns.mkdir(parents=True)
+    for key in keys:
+        for rank in (0, 1):
+            (file_ns / f"{key}_qwen3-8b_{rank}_2.bin").write_bytes(b"x" * 8)
+    (file_ns / ".0123abcd.tmp").write_bytes(b"x")
+    nixl_ns = tmp_path / "l3" / "qwen3-8b-bbbbbbbbbbbb"
+    for n, key in enumerate(keys):
+        for rank in (0, 1):
+            for part in "kv":
+                bucket = nixl_ns / f"{(n * 4 + rank * 2 + (part == 'v')):02x}"
+                bucket.mkdir(parents=True, exist_ok=True)
+                (bucket / f"{key}_qwen3-8b_{rank}_2_{part}").write_bytes(b"x" * 4)
+    listed = mod.listing(str(tmp_path / "l3"))
+    by_name = {e["name"]: e for e in listed["entries"]}
+    assert (by_name[file_ns.name]["files"], by_name[file_ns.name]["pages"]) == (7, 3)
+    assert (by_name[nixl_ns.name]["files"], by_name[nixl_ns.name]["pages"]) == (12, 3)
+    tier = l3.Tier(name="t", shared=False, hosts=("a",), root=str(tmp_path / "l3"))
+    rows = {r.namespace: r for r in l3.rows(tier, listed, {})}
+    assert rows[file_ns.name].pages == 3 and rows[nixl_ns.name].pages == 3
 
 
 def test_listing_a_directory_that_does_not_exist(tmp_path):
     listed = mod.listing(str(tmp_path / "absent"))
     assert listed.pop("now") > 0
-    assert listed == {"exists": False, "path": str(tmp_path / "absent"), "entries": [], "top": {"bytes": 0, "files": 0, "newest": None, "other": 0}}
+    assert listed == {"exists": False, "path": str(tmp_path / "absent"), "entries": [], "top": {"bytes": 0, "files": 0, "pages": 0, "newest": None, "other": 0}}
 
 
 def test_prune_removes_only_what_it_may_and_says_why_for_the_rest(tmp_path):

@@ -102,6 +102,7 @@ def test_a_loopback_server_on_a_remote_host_and_metrics_off_are_named(tmp_path):
         {"targets": ["10.0.0.9:30080"], "labels": {"inventory": "prod", "inventory_host": "r1"}}]
 
 
+@pytest.mark.slow  # the stand-in's L3 is SGLang's own file backend (CPU torch): a start takes 5-20 s here
 def test_every_metric_is_one_sglang_exports_and_the_standin_or_its_source_shows_it(standin):
     port, _ = standin(*STANDIN_ARGS)
     prompt = " ".join(f"w{i}" for i in range(40))
@@ -334,3 +335,25 @@ def test_prometheus_scrapes_the_standins_every_panel_has_data_and_a_stopped_serv
             prom.kill()
             prom.wait()
         log.close()
+
+
+def test_routers_get_their_own_job_and_targets_file(tmp_path):
+    """targets/router.json, as the docs say: every host of group hicache_routers at its --prometheus-port, reached at
+    its ansible_host (the router binds 0.0.0.0 by default), scraped by job hicache-router."""
+    inv = tmp_path / "inv"
+    (inv / "group_vars").mkdir(parents=True)
+    hosts = {"all": {"children": {"hicache_servers": {"hosts": {"gpu-a": {"ansible_host": "10.0.0.1"}}},
+                                  "hicache_routers": {"hosts": {"router-01": {"ansible_host": "10.0.0.9"},
+                                                                "router-02": {"ansible_host": "10.0.0.10", "hicache_router_prometheus_port": 29100}}}}}}
+    (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    variables = yaml.safe_load((ROOT / "inventories/local/group_vars/all.yml").read_text()) | {"hicache_host": "0.0.0.0"}
+    (inv / "group_vars/all.yml").write_text(yaml.safe_dump(variables))
+    out = tmp_path / "out"
+    proc = cli("monitoring", "-i", str(inv), "--out", str(out), check_rc=0)
+    assert "3 target(s)" in proc.stdout, proc.stdout
+    groups = json.loads((out / monitoring.ROUTER_TARGETS_FILE).read_text())
+    assert groups == [{"targets": ["10.0.0.9:29000"], "labels": {"inventory": "inv", "inventory_host": "router-01"}},
+                      {"targets": ["10.0.0.10:29100"], "labels": {"inventory": "inv", "inventory_host": "router-02"}}]
+    jobs = {j["job_name"]: j for j in yaml.safe_load((out / monitoring.PROMETHEUS_FILE).read_text())["scrape_configs"]}
+    assert jobs[monitoring.ROUTER_JOB]["file_sd_configs"] == [{"files": [monitoring.ROUTER_TARGETS_FILE]}]
+    assert [g["targets"] for g in json.loads((out / monitoring.TARGETS_FILE).read_text())] == [["10.0.0.1:30000"]]

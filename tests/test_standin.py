@@ -1,15 +1,37 @@
-"""The SGLang stand-in itself: it must behave the way the lifecycle, verify and bench tests rely on."""
+"""The SGLang stand-in itself: it must behave the way the lifecycle, verify and bench tests rely on. Its L3 pages are
+written by SGLang's own HiCacheFile / HiCacheNixl (tests/standin/sglang_pages.py) from the CPU environment of
+tests/infra/sglang_env.sh --storage, built here on first use (fleet.sglang_storage_env)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import time
 import urllib.error
 import urllib.request
 
+import pytest
+from fleet import sglang_path, sglang_storage_env
 from support import ROOT
 
 STANDIN = ROOT / "tests/standin/sglang_standin.py"
+
+
+@pytest.fixture(scope="module")
+def sglang_env():
+    """The env that gives the stand-in SGLang's storage backends (as install_standin's sglang_path does on a test host)."""
+    return {"STANDIN_SGLANG_PATH": sglang_path(*sglang_storage_env())}
+
+
+def ready(port, timeout=120):
+    """Wait for /health: the stand-in answers 503 while SGLang's storage backends are being opened."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if get(f"http://127.0.0.1:{port}/health")[0] == 200:
+            return port
+        time.sleep(0.2)
+    raise AssertionError(f"stand-in on {port} not healthy after {timeout} s")
 
 
 def get(url):
@@ -28,17 +50,20 @@ def chat(port, prompt, model="m"):
         return json.loads(r.read())
 
 
-def test_l3_hits_survive_a_restart_and_depend_on_name_and_page_size(standin):
+@pytest.mark.slow  # SGLang's storage backends: a start imports torch and SGLang (5-20 s here)
+def test_l3_hits_survive_a_restart_and_depend_on_name_and_page_size(standin, sglang_env):
     args = ("--served-model-name", "m", "--page-size", "4", "--hicache-storage-backend", "file", "--enable-metrics", "--enable-cache-report")
     prompt = " ".join(f"w{i}" for i in range(40))
-    port, proc = standin(*args)
+    port, proc = standin(*args, env=sglang_env)
+    ready(port)
     assert chat(port, prompt)["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
     assert "sglang:backuped_tokens_total" in get(f"http://127.0.0.1:{port}/metrics")[1]
     proc.kill()
-    port, _ = standin(*args)
-    assert chat(port, prompt)["usage"]["prompt_tokens_details"]["cached_tokens"] == 40
+    port, _ = standin(*args, env=sglang_env)
+    assert chat(ready(port), prompt)["usage"]["prompt_tokens_details"]["cached_tokens"] == 40
     assert 'sglang:cached_tokens_total{cache_source="storage"} 40' in get(f"http://127.0.0.1:{port}/metrics")[1]
-    other_page, _ = standin("--served-model-name", "m", "--page-size", "8", "--hicache-storage-backend", "file", "--enable-cache-report")
+    other_page, _ = standin("--served-model-name", "m", "--page-size", "8", "--hicache-storage-backend", "file", "--enable-cache-report", env=sglang_env)
+    ready(other_page)
     assert chat(other_page, prompt)["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
 
 
@@ -58,16 +83,63 @@ def test_broken_uring_exits_with_nixls_error(standin):
     assert proc.wait(timeout=10) == 1 and "EBADF" in proc.stderr.read()
 
 
-def test_server_info_reports_kv_dtype_and_tp_size_which_its_keys_omit_like_the_file_backend(standin):
-    """Two servers on one directory (a shared export): the second reads the first's pages; its KV dtype and TP
-    size are reported but are not part of the keys (sglang#33268), while the page size is."""
+@pytest.mark.slow  # SGLang's storage backends: a start imports torch and SGLang (5-20 s here)
+def test_kv_dtype_is_not_keyed_but_tp_rank_and_size_are_like_sglangs_file_backend(standin, sglang_env):
+    """Two servers on one directory (a shared export): a server with another KV dtype reads the first's pages as its
+    own (sglang#33268), one with another TP size finds none (HiCacheFile's suffix _<tp_rank>_<tp_size>)."""
     base = ("--served-model-name", "m", "--page-size", "4", "--hicache-storage-backend", "file", "--enable-cache-report")
     prompt = " ".join(f"s{i}" for i in range(40))
-    writer, _ = standin(*base)
-    info = json.loads(get(f"http://127.0.0.1:{writer}/server_info")[1])
+    writer, _ = standin(*base, env=sglang_env)
+    info = json.loads(get(f"http://127.0.0.1:{ready(writer)}/server_info")[1])
     assert (info["kv_cache_dtype"], info["tp_size"], info["pp_size"], info["page_size"]) == ("auto", 1, 1, 4)
     assert chat(writer, prompt)["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
-    other, _ = standin(*base, "--kv-cache-dtype", "fp8_e4m3", "--tp-size", "2")
-    info = json.loads(get(f"http://127.0.0.1:{other}/server_info")[1])
-    assert (info["kv_cache_dtype"], info["tp_size"]) == ("fp8_e4m3", 2)
-    assert chat(other, prompt)["usage"]["prompt_tokens_details"]["cached_tokens"] == 40  # stale format, read as its own
+    fp8, _ = standin(*base, "--kv-cache-dtype", "fp8_e4m3", env=sglang_env)
+    assert json.loads(get(f"http://127.0.0.1:{ready(fp8)}/server_info")[1])["kv_cache_dtype"] == "fp8_e4m3"
+    assert chat(fp8, prompt)["usage"]["prompt_tokens_details"]["cached_tokens"] == 40  # stale format, read as its own
+    tp2, _ = standin(*base, "--tp-size", "2", env=sglang_env)
+    assert json.loads(get(f"http://127.0.0.1:{ready(tp2)}/server_info")[1])["tp_size"] == 2
+    assert chat(tp2, prompt)["usage"]["prompt_tokens_details"]["cached_tokens"] == 0  # TP is keyed: TP 1's pages are not its own
+
+
+# SGLang 0.5.23's names (mem_cache/hicache_storage.py HiCacheFile, storage/nixl/hicache_nixl.py, nixl_routing.py): the page
+# key (64 hex), '_' + the served name ('/' -> '-'), '_<tp_rank>_<tp_size>'; the file backend adds '.bin' (a hidden
+# '.<uuid>.tmp' while writing), nixl adds '_k' / '_v' (page_first: zero copy, one file per part) in a bucket directory
+# named by the key's blake2b hash.
+FILE_NAME = re.compile(r"(?P<key>[0-9a-f]{64})_org-m_(?P<rank>[01])_2\.bin")
+NIXL_NAME = re.compile(r"(?P<bucket>[0-9a-f]{2})/(?P<key>[0-9a-f]{64})_org-m_(?P<rank>[01])_2_(?P<part>[kv])")
+PAGE_BYTES = 2 * 4 * 1 * 128 * 2 * 16  # k and v x 4 layers x 1 head x dim 128 x bf16 x 16 tokens (sglang_pages.MODEL)
+
+
+def nixl_bucket(name):
+    """nixl_routing.route_key's bucket: the low 8 bits of the 64-bit blake2b of the file's key."""
+    return f"{int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), 'big') & 0xff:02x}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["file", "nixl"])
+def test_pages_on_the_tier_have_sglangs_names_and_layout(standin, sglang_env, tmp_path, backend):
+    """A TP 2 server writes 3 pages of 16 tokens: the files are SGLang's, per page and rank (and k/v part for nixl),
+    with the page's bytes; a restarted server reads them back. The stand-in's old store (flat <sha256> files) fails here."""
+    tier = tmp_path / backend
+    env = {**sglang_env, "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR": str(tier), "SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR": str(tier)}
+    extra = ("--hicache-storage-backend-extra-config", '{"plugin": {"posix": {"active": true}}}') if backend == "nixl" else ()
+    args = ("--served-model-name", "org/m", "--page-size", "16", "--tp-size", "2", "--hicache-storage-backend", backend, *extra,
+            "--enable-cache-report")
+    prompt = " ".join(f"t{i}" for i in range(16 * 3 + 5))  # 3 full pages, 5 tokens left over (never stored)
+    port, proc = standin(*args, env=env)
+    assert chat(ready(port), prompt, model="org/m")["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    files = sorted(str(p.relative_to(tier)) for p in tier.rglob("*") if p.is_file())
+    if backend == "file":
+        matched = [FILE_NAME.fullmatch(f) for f in files]
+        assert all(matched) and len(files) == 3 * 2, files  # a file per page and rank
+        assert all((tier / f).stat().st_size == PAGE_BYTES for f in files)
+    else:
+        matched = [NIXL_NAME.fullmatch(f) for f in files]
+        assert all(matched) and len(files) == 3 * 2 * 2, files  # a file per page, rank and part
+        assert all(m["bucket"] == nixl_bucket(f.split("/")[1]) for m, f in zip(matched, files, strict=True))
+        assert all((tier / f).stat().st_size == PAGE_BYTES // 2 for f in files)
+        assert sorted(p.name for p in tier.iterdir()) == [f"{i:02x}" for i in range(256)]  # NIXL creates every bucket
+    assert len({m["key"] for m in matched}) == 3 and {m["rank"] for m in matched} == {"0", "1"}
+    proc.kill()
+    again, _ = standin(*args, env=env)
+    assert chat(ready(again), prompt, model="org/m")["usage"]["prompt_tokens_details"]["cached_tokens"] == 3 * 16

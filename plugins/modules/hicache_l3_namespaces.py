@@ -5,7 +5,7 @@
 
 A namespace is a direct subdirectory of the tier's directory (hicache_cache_dir). Listing walks each
 subdirectory with os.scandir without following symlinks or entering another filesystem and gives its bytes
-(apparent size), files (pages), newest mtime and the mount points it is or holds; the files directly in the
+(apparent size), files, pages (SGLang's: one per key, whatever its ranks and k/v parts), newest mtime and the mount points it is or holds; the files directly in the
 directory (a server with hicache_l3_namespace: off writes its pages there) are summed apart and never removed.
 The tier's directory itself is never removed.
 
@@ -105,13 +105,13 @@ entries:
   returned: always
   type: list
   elements: dict
-  sample: [{name: qwen3-8b-5f1c2a9e0d14, bytes: 1048576, files: 16, newest: 1767225600.0, namespace_form: true, derived: true,
+  sample: [{name: qwen3-8b-5f1c2a9e0d14, bytes: 1048576, files: 16, pages: 8, newest: 1767225600.0, namespace_form: true, derived: true,
             errors: 0, mounts: 0}]
 top:
   description: The regular files directly in O(path) (pages without a namespace), summed; C(other) counts symlinks and special files there (not followed).
   returned: always
   type: dict
-  sample: {bytes: 0, files: 0, newest: null, other: 0}
+  sample: {bytes: 0, files: 0, pages: 0, newest: null, other: 0}
 now:
   description: The host's time of the listing (epoch seconds), to judge the newest mtimes against.
   returned: always
@@ -156,15 +156,30 @@ def is_derived(name):
     return bool(DERIVED_FORM.fullmatch(name or ""))
 
 
+# SGLang's page files start with the page's key (64 hex digits) and '_': HiCacheFile `<key>_<model>_<tp_rank>_<tp_size>...bin`,
+# HiCacheNixl `<bucket>/<key>_<model>_<tp_rank>_<tp_size>[_k|_v]` (sglang 0.5.23 mem_cache/hicache_storage.py, storage/nixl/).
+PAGE_KEY = re.compile(r"([0-9a-f]{64})_")
+
+
+def page_of(name, path):
+    """The page a file holds: its key for SGLang's names (one page is a file per rank and k/v part), None for a file being
+    written (HiCacheFile's hidden `.<uuid>.tmp`), else the file's path (a file of another layout is a page)."""
+    if name.startswith(".") and name.endswith(".tmp"):
+        return None
+    found = PAGE_KEY.match(name)
+    return found.group(1) if found else "file:" + path
+
+
 def walk(path):
-    """(bytes, files, newest mtime or None, entries that could not be read, directories on another filesystem)
+    """(bytes, files, newest mtime or None, entries that could not be read, directories on another filesystem, pages)
     under a directory, symlinks not followed and other filesystems not entered."""
     total = files = errors = mounts = 0
+    pages = set()
     newest = None
     try:
         dev = os.lstat(path).st_dev
     except OSError:
-        return total, files, newest, 1, mounts
+        return total, files, newest, 1, mounts, 0
     stack = [path]
     while stack:
         current = stack.pop()
@@ -182,11 +197,13 @@ def walk(path):
                             total += st.st_size
                             files += 1
                             newest = st.st_mtime if newest is None else max(newest, st.st_mtime)
+                            pages.add(page_of(entry.name, entry.path))
                     except OSError:  # gone meanwhile (a server replacing a page) or unreadable
                         errors += 1
         except OSError:
             errors += 1
-    return total, files, newest, errors, mounts
+    pages.discard(None)
+    return total, files, newest, errors, mounts, len(pages)
 
 
 def mount_points(mountinfo="/proc/self/mountinfo"):
@@ -207,7 +224,8 @@ def mount_points(mountinfo="/proc/self/mountinfo"):
 
 def listing(path, mounts=None):
     """What `listed` returns for a directory."""
-    top = {"bytes": 0, "files": 0, "newest": None, "other": 0}
+    top = {"bytes": 0, "files": 0, "pages": 0, "newest": None, "other": 0}
+    top_pages = set()
     now = time.time()
     if not os.path.isdir(path):  # the tier's directory itself may be a symlink (to the mount): followed
         return {"exists": False, "path": path, "entries": [], "top": top, "now": now}
@@ -218,20 +236,23 @@ def listing(path, mounts=None):
         for entry in sorted(found, key=lambda e: e.name):
             try:
                 if entry.is_dir(follow_symlinks=False):
-                    size, count, newest, errors, crossings = walk(entry.path)
+                    size, count, newest, errors, crossings, pages = walk(entry.path)
                     crossings += len(mounted_in(os.path.join(real, entry.name), mounts or ()))
-                    entries.append({"name": entry.name, "bytes": size, "files": count, "newest": newest,
+                    entries.append({"name": entry.name, "bytes": size, "files": count, "pages": pages, "newest": newest,
                                     "namespace_form": is_namespace_name(entry.name), "derived": is_derived(entry.name),
                                     "errors": errors, "mounts": crossings})
                 elif entry.is_file(follow_symlinks=False):
                     st = entry.stat(follow_symlinks=False)
                     top["bytes"] += st.st_size
                     top["files"] += 1
+                    top_pages.add(page_of(entry.name, entry.path))
                     top["newest"] = st.st_mtime if top["newest"] is None else max(top["newest"], st.st_mtime)
                 else:
                     top["other"] += 1
             except OSError:
                 top["other"] += 1
+    top_pages.discard(None)
+    top["pages"] = len(top_pages)
     return {"exists": True, "path": path, "entries": entries, "top": top, "now": now}
 
 
@@ -280,7 +301,7 @@ def refusal(path, name, keep, protect=(), min_age=0.0, hold=None, mounts=None, n
         return "the mount points of the host could not be read (/proc/self/mountinfo)"
     if os.path.ismount(target) or mounted_in(real, mounts):
         return "a mount point or holds one"
-    newest, errors, crossings = walk(target)[2:]
+    newest, errors, crossings = walk(target)[2:5]
     if crossings:
         return "holds a mount point"
     if errors:

@@ -1,7 +1,7 @@
 """`hicachectl l3` on SSH test hosts: two configs on one shared tier, listed once, and `--prune` removing only the
 old namespace. Two test hosts get one directory of this machine bind-mounted at /mnt/kvcache (one export, as a
-VAST or NFS tier); each runs SGLang's stand-in as a systemd service, which writes a page file per page of a prompt
-into its L3 directory: <hicache_cache_dir>/<namespace> (launch.py passes it). What is never pruned: a literal
+VAST or NFS tier); each runs SGLang's stand-in as a systemd service, whose SGLang HiCacheFile writes a file per page
+of a prompt into its L3 directory: <hicache_cache_dir>/<namespace> (launch.py passes it). What is never pruned: a literal
 directory (`models`), nixl's bucket directories, the namespace the servers run after the inventory was edited and
 not deployed (their deployed.json), anything on the tier while one of its servers cannot be reached.
 
@@ -22,6 +22,9 @@ from hicachectl.rules import check_host
 
 pytestmark = pytest.mark.slow
 
+# SGLang's HiCacheFile writes one `<key>_gpt-oss-20b_0_1.bin` per page (TP 1) of the stand-in's model: k and v x 4 layers x
+# 1 head x dim 128 x bf16 x 16 tokens (tests/standin/sglang_pages.py MODEL).
+PAGE_BYTES = 2 * 4 * 1 * 128 * 2 * 16
 VARS = {
     "hicache_container_runtime": "none",
     "hicache_launcher": ["python3", STANDIN],
@@ -84,6 +87,7 @@ def test_two_configs_write_two_namespaces_on_the_tier(tier):
         ask(tier, host, PROMPT)
     tier.configs.update(old=(old_path, old), new=(new_path, new))
     assert len(files(tier, old)) == 6 and len(files(tier, new)) == 6
+    assert all(f.endswith("_gpt-oss-20b_0_1.bin") and len(f.split("_")[0]) == 64 for f in files(tier, old) + files(tier, new))
     assert sorted(p.name for p in tier.export.iterdir()) == sorted([old, new])
     # Beside them, what is not a namespace of auto's: a literal directory and a bucket of nixl's pages (namespace off).
     for name, count in (("models", 2), ("a7", 3)):
@@ -104,7 +108,7 @@ def test_l3_lists_the_shared_tier_once_with_both_namespaces(tier):
     assert set(rows) == {old, new, "models", "(no namespace)"}
     assert rows["(no namespace)"]["pages"] == 3 and not rows["models"]["prune"] and "not a name auto derives" in rows["models"]["why_kept"]
     assert rows[new]["state"] == "in use" and rows[new]["used_by"] == tier.sorted and rows[new]["pages"] == 6
-    assert rows[old]["state"] == "unused" and rows[old]["pages"] == 6 and rows[old]["bytes"] == 6 * len("kv")
+    assert rows[old]["state"] == "unused" and rows[old]["pages"] == 6 and rows[old]["bytes"] == 6 * PAGE_BYTES
     assert rows[old]["last_use"] and rows[old]["prune"] is False and rows[new]["prune"] is False
     assert "a server may still use it" in rows[old]["why_kept"]  # written minutes ago: --min-age 24 h keeps it
     text = cli("l3", "--inventory", str(path), check_rc=0).stdout

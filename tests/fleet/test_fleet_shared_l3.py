@@ -1,7 +1,7 @@
 """Shared L3 proven across servers (`hicachectl verify --l3` with hicache_l3_share). Three SSH test hosts get one
 directory of this machine bind-mounted at /mnt/kvcache: one export shared by every host, as a VAST or NFS tier is.
-Each runs SGLang's stand-in as a systemd service (start.sh execs it); the stand-in keys its pages like SGLang's file
-backend (served model name, page size, tokens; not the KV dtype), so what the namespace keeps apart is real here.
+Each runs SGLang's stand-in as a systemd service (start.sh execs it); its pages are written by SGLang's own HiCacheFile
+(served model name, page size, tokens and TP rank/size keyed; not the KV dtype), so what the namespace keeps apart is real here.
 
 The tests run in order on one fleet; each changes one host (or all) with `hicachectl deploy`."""
 

@@ -17,6 +17,24 @@ TESTHOST = str(HERE / "testhost.sh")
 # Where install_standin puts SGLang's stand-in (tests/standin) on a test host; a test's start.sh execs it there
 # (hicache_launcher: [python3, STANDIN], hicache_container_runtime: none), as no test host has a GPU.
 STANDIN = "/opt/standin/sglang_standin.py"
+# The stand-in's L3 pages are SGLang's (tests/standin/sglang_pages.py): SGLang's wheel and its CPU environment, built once
+# on this machine by sglang_env.sh, are bind-mounted read-only into every test host and used by the host's own
+# python3.11 (Debian bookworm's: the same CPython ABI as the cp311 wheels).
+SGLANG_VERSION = "0.5.23"
+SGLANG_MOUNT = "/opt/sglang"
+
+
+def sglang_storage_env() -> tuple[pathlib.Path, pathlib.Path]:
+    """(site-packages of the CPU venv, SGLang's --target directory), built if missing (sglang_env.sh --storage)."""
+    cache = pathlib.Path(os.environ.get("HICACHE_CACHE", pathlib.Path.home() / ".cache/hicache-deploy"))
+    subprocess.run([str(HERE / "sglang_env.sh"), "--storage", SGLANG_VERSION], check=True, stdout=subprocess.DEVNULL)
+    site = next((cache / "sglang-base/lib").glob("python3.*/site-packages"))
+    return site, cache / f"sglang-{SGLANG_VERSION}"
+
+
+def sglang_path(site: pathlib.Path, sglang: pathlib.Path) -> str:
+    """sys.path entries for the stand-in (sglang_pages.py's STANDIN_SGLANG_PATH / sglang_path file): SGLang first."""
+    return f"{sglang}:{site}"
 
 
 def free_port() -> int:
@@ -39,8 +57,10 @@ class Fleet:
         if not self.key.exists():
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.key)], check=True)
         subprocess.run([str(HERE / "base_image.sh")], check=True, stdout=subprocess.DEVNULL)  # build once, not per host
+        site, sglang = sglang_storage_env()
+        volumes = (*self.volumes, f"{site}:{SGLANG_MOUNT}/site-packages:ro", f"{sglang}:{SGLANG_MOUNT}/sglang:ro")
         with concurrent.futures.ThreadPoolExecutor(max_workers=8) as pool:
-            for done in [pool.submit(self._run, "up", name, str(port), str(self.key), caps=self.caps, volumes=self.volumes) for name, port in self.hosts.items()]:
+            for done in [pool.submit(self._run, "up", name, str(port), str(self.key), caps=self.caps, volumes=volumes) for name, port in self.hosts.items()]:
                 done.result()
         return self
 
@@ -80,12 +100,16 @@ class Fleet:
         return path
 
     def install_standin(self, names=None) -> Fleet:
-        """Copy SGLang's stand-in to STANDIN on the named hosts (every host by default)."""
-        code = (ROOT / "tests/standin/sglang_standin.py").read_text()
+        """Copy SGLang's stand-in and its page store (tests/standin) to STANDIN's directory on the named hosts (every host
+        by default), with the path of the SGLang environment mounted by up()."""
+        where = os.path.dirname(STANDIN)
+        files = {name: (ROOT / "tests/standin" / name).read_text() for name in ("sglang_standin.py", "sglang_pages.py")}
+        files["sglang_path"] = sglang_path(pathlib.Path(SGLANG_MOUNT) / "site-packages", pathlib.Path(SGLANG_MOUNT) / "sglang") + "\n"
         for name in names or self.hosts:
-            proc = self.ssh(name, f"mkdir -p {os.path.dirname(STANDIN)} && cat > {STANDIN} <<'STANDIN_EOF'\n{code}\nSTANDIN_EOF")
-            if proc.returncode != 0:
-                raise RuntimeError(f"cannot install the stand-in on {name}: {proc.stderr.strip()}")
+            for file, code in files.items():
+                proc = self.ssh(name, f"mkdir -p {where} && cat > {where}/{file} <<'STANDIN_EOF'\n{code}\nSTANDIN_EOF")
+                if proc.returncode != 0:
+                    raise RuntimeError(f"cannot install the stand-in on {name}: {proc.stderr.strip()}")
         return self
 
     def ssh(self, name: str, command: str) -> subprocess.CompletedProcess:

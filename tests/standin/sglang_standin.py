@@ -5,25 +5,25 @@ It takes SGLang's command line (start.sh execs it in place of `python3 -m sglang
 answers SGLang's endpoints with SGLang's field and metric names (reference §7-§8), and models what
 the tests need to observe:
 - model loading: /health answers 503 for STANDIN_LOAD_SECONDS, then 200;
-- prefill: time = uncached prompt tokens x STANDIN_PREFILL_US_PER_TOKEN, plus cached tokens loaded
-  from L3 x STANDIN_LOAD_US_PER_TOKEN (both microseconds), one prompt at a time (concurrent ones queue);
-- an L3 prefix cache in the storage directory (the file or NIXL backend's directory from the env),
-  keyed like SGLang's file backend: a SHA-256 chain over pages of token ids that starts from the served
-  model name and the page size, so changing either makes every page miss; it survives restarts, and
-  servers given the same directory (a shared export) read each other's pages. Like the file backend's keys
-  (sglang#33268), they omit --kv-cache-dtype and --tp-size: a server with another KV dtype or TP size
-  reads pages written in another format as its own (why hicache-deploy puts them in the L3 namespace);
+- prefill: time = uncached prompt tokens x STANDIN_PREFILL_US_PER_TOKEN, plus cached tokens x STANDIN_LOAD_US_PER_TOKEN
+  (both microseconds; the copy to the GPU), plus the time SGLang's backend took to read the pages from L3 (measured),
+  one prompt at a time (concurrent ones queue);
+- an L3 prefix cache written and read by SGLang's own HiCacheFile / HiCacheNixl (sglang_pages.py beside this file:
+  the pinned SGLang wheel, CPU torch, NIXL's POSIX plugin), configured from the env and the extra config as SGLang
+  is: SGLang's file names and directories, keys that hold the served name, page size and TP rank and size (not the
+  KV dtype, sglang#33268), pages that survive restarts and that servers on one directory share. Until the backends
+  are open /health answers 503 (a server loading); a backend that cannot be opened ends the server, as in SGLang.
+  A warm request's time includes the time the backends took to read its pages from the tier (measured);
 - /server_info: the server arguments the tests compare (served_model_name, page_size, kv_cache_dtype,
   tp_size, pp_size, revision, hicache_storage_backend, hicache_write_policy), under SGLang's names.
 With write_back nothing reaches L3 (the host pool never evicts here). Tokens are whitespace-separated words. Faults for tests: STANDIN_NEVER_HEALTHY=1 (a bad image),
 STANDIN_URING_BROKEN=1 (the NIXL POSIX plugin cannot create its io_uring backend when asked for it).
-Stdlib only, so it runs on a bare test host.
+HTTP and timing are the standard library's; the L3 pages need SGLang's environment (tests/infra/sglang_env.sh).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -46,6 +46,7 @@ def parse_args(argv):
     parser.add_argument("--hicache-storage-backend")
     parser.add_argument("--hicache-write-policy", default="write_through")
     parser.add_argument("--hicache-storage-backend-extra-config")
+    parser.add_argument("--hicache-mem-layout", default="page_first")
     parser.add_argument("--enable-metrics", action="store_true")
     parser.add_argument("--enable-cache-report", action="store_true")
     args, _ = parser.parse_known_args(argv)  # every other SGLang flag is accepted and ignored
@@ -75,6 +76,7 @@ class Server:
     def __init__(self, args):
         self.args = args
         self.l3 = storage_dir(args)
+        self.pages = None  # sglang_pages.PageStore once SGLang's backends are open
         self.started = time.monotonic()
         self.load_seconds = float(os.environ.get("STANDIN_LOAD_SECONDS", "0"))
         self.never_healthy = os.environ.get("STANDIN_NEVER_HEALTHY") == "1"
@@ -83,59 +85,63 @@ class Server:
         self.lock = threading.Lock()
         self.gpu = threading.Lock()
         self.metrics = {"prompt_tokens_total": 0, "storage_hit": 0, "backuped": 0, "requests": 0}
+        self.l3_seconds = {"cold": [], "warm": []}  # per request: SGLang's backend's lookup, read and write-through
         # Also SGLang's (python/sglang/srt/observability/metrics_collector.py, 0.5.20-0.5.23): the scheduler's
         # running/queued gauges and the tokenizer's TTFT histogram, with SGLang's default TTFT buckets.
         self.running = self.queued = 0
         self.ttft_counts = {}  # is_streaming -> [count per bucket], then the sum and count
         self.ttft_sum = {}
         if self.l3:
-            os.makedirs(self.l3, exist_ok=True)
+            threading.Thread(target=self.open_pages, daemon=True).start()
+
+    def open_pages(self):
+        try:
+            import sglang_pages
+            self.pages = sglang_pages.PageStore(self.args.hicache_storage_backend, self.args.served_model_name, self.args.page_size,
+                                                self.args.tp_size, self.args.pp_size, self.args.hicache_mem_layout,
+                                                self.args.hicache_storage_backend_extra_config)
+        except Exception as exc:  # SGLang does not start without its storage backend
+            print(f"sglang-standin: cannot open the {self.args.hicache_storage_backend} storage backend: {exc!r}", file=sys.stderr, flush=True)
+            os._exit(1)
 
     @property
     def ready(self):
-        return not self.never_healthy and time.monotonic() - self.started >= self.load_seconds
-
-    def page_keys(self, tokens):
-        """SGLang-like chained keys: each page's key hashes the previous key and the page's tokens."""
-        digest = hashlib.sha256(f"{self.args.served_model_name}|{self.args.page_size}".encode()).hexdigest()
-        keys = []
-        size = self.args.page_size
-        for start in range(0, len(tokens) - len(tokens) % size, size):
-            page = " ".join(tokens[start:start + size])
-            digest = hashlib.sha256((digest + "|" + page).encode()).hexdigest()
-            keys.append(digest)
-        return keys
+        return (not self.never_healthy and time.monotonic() - self.started >= self.load_seconds
+                and (self.l3 is None or self.pages is not None))
 
     def prefill(self, prompt):
+        """One prompt on the one GPU: concurrent prompts queue. Its L3 work is SGLang's backend's real work, timed and
+        served in turn like the prefill: the lookup and the read of a hit's pages, the write-through of the rest."""
         tokens = prompt.split()
-        keys = self.page_keys(tokens)
-        hit_pages = 0
-        if self.l3:
-            for key in keys:
-                if not os.path.exists(os.path.join(self.l3, key)):
-                    break
-                hit_pages += 1
-        cached = hit_pages * self.args.page_size
         with self.lock:
             self.queued += 1
-        with self.gpu:  # one prefill at a time, as one GPU: concurrent prompts queue
+        with self.gpu:
             with self.lock:
                 self.queued -= 1
                 self.running += 1
+            started = time.perf_counter()
+            keys, hit_pages = [], 0
+            if self.pages:
+                import sglang_pages
+                keys = sglang_pages.page_keys(sglang_pages.token_ids(tokens), self.args.page_size)
+                found = self.pages.hits(keys)
+                if found:  # read from the tier by SGLang's backend
+                    hit_pages, _ = self.pages.load(keys[:found])
+            cached = hit_pages * self.args.page_size
+            written = 0
+            if self.pages and self.args.hicache_write_policy != "write_back":  # write-through of the pages not yet in L3
+                written = self.pages.store(keys[hit_pages:]) * self.args.page_size
+            l3_seconds = time.perf_counter() - started
             time.sleep(((len(tokens) - cached) * self.prefill_us + cached * self.load_us) / 1e6)
             with self.lock:
                 self.running -= 1
-        written = 0
-        if self.l3 and self.args.hicache_write_policy != "write_back":  # write-through of the pages not yet in L3
-            for key in keys[hit_pages:]:
-                with open(os.path.join(self.l3, key), "w") as handle:
-                    handle.write("kv")
-                written += self.args.page_size
         with self.lock:
             self.metrics["prompt_tokens_total"] += len(tokens)
             self.metrics["storage_hit"] += cached
             self.metrics["backuped"] += written
             self.metrics["requests"] += 1
+            if self.pages:
+                self.l3_seconds["warm" if cached else "cold"].append(l3_seconds)
         return len(tokens), cached
 
     def observe_ttft(self, seconds, streaming):
@@ -208,6 +214,8 @@ def handler_for(server):
                 return self.send(200, {"object": "list", "data": [{"id": server.args.served_model_name, "object": "model"}]})
             if self.path == "/metrics" and server.args.enable_metrics:
                 return self.send(200, server.metrics_text(), "text/plain; version=0.0.4")
+            if self.path == "/standin/l3_seconds":  # the stand-in's own, not SGLang's: what its tests compare bench with
+                return self.send(200, server.l3_seconds)
             self.send(404, {"error": "not found"})
 
         def do_POST(self):
