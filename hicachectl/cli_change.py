@@ -11,30 +11,69 @@ import typer
 from hicachectl import cli_common as common
 
 CheckOpt = typer.Option(False, "--check", help="Dry run.")
+# What a command says after its own refusals (upgrade --image): nothing was run.
+REFUSED = "refused: no host was contacted."
+AllowDowngradeOpt = typer.Option(False, "--allow-downgrade", help="Go on where the inventory pins an older SGLang than a "
+                                 "server runs (refused without it; `plan` names each downgrade).")
+
+
+def names_ansible_config(command):
+    """Ends a command's --help with the Ansible configuration its playbook runs with, found as Ansible finds it from
+    this directory (hicachectl.paths.ansible_config: pure file checks, so --help stays instant)."""
+    from hicachectl import paths
+
+    command.__doc__ = (f"{command.__doc__}\n\nAnsible settings: {paths.ansible_config().describe()}; hicachectl adds its "
+                       "callbacks and its collection to that file's callbacks and collections path.")
+    return command
 
 
 def _verb(check: bool) -> str:
     return "would change" if check else "changed"
 
 
+@names_ansible_config
 @common.with_vault
 def deploy(inventory: str = common.InventoryOpt, limit: str | None = common.LimitOpt, json: bool = common.JsonOpt,
            check: bool = typer.Option(False, "--check", help="Dry run, as `plan`."),
-           diff: bool = typer.Option(False, "--diff/--no-diff", help="Show the content of each change.")) -> None:
-    """Validate, then bring every host to the inventory's state. A failed host does not stop the others."""
-    run_and_report("site.yml", inventory, limit, json, check=check, show_diff=diff or check, verb=_verb(check))
+           diff: bool = typer.Option(False, "--diff/--no-diff", help="Show the content of each change."),
+           allow_downgrade: bool = AllowDowngradeOpt) -> None:
+    """Validate, then bring every host to the inventory's state. A failed host does not stop the others. A host whose server runs a newer SGLang than the inventory pins is refused unless --allow-downgrade."""
+    run_and_report("site.yml", inventory, limit, json, check=check, show_diff=diff or check, verb=_verb(check),
+                   extravars=_downgrade_vars(allow_downgrade))
 
 
+@names_ansible_config
 @common.with_vault
-def upgrade(image: str = typer.Option(..., "--image", help="The new image, pinned by tag or digest."),
+def upgrade(image: str | None = typer.Option(None, "--image", help="The image you expect to roll out: refused unless it is the "
+                                                                     "inventory's hicache_image on every host (the image lives in the inventory)."),
             inventory: str = common.InventoryOpt, limit: str | None = common.LimitOpt, json: bool = common.JsonOpt,
-            check: bool = CheckOpt) -> None:
-    """Roll a new image out in batches (hicache_serial, default 1 host); a batch that does not become
-    healthy is rolled back to its previous config and image, and the rollout stops there."""
+            check: bool = CheckOpt, allow_downgrade: bool = AllowDowngradeOpt) -> None:
+    """Roll the inventory's image out in batches (hicache_serial, default 1 host); a batch that does not become healthy is rolled back to its previous config and image, and the rollout stops there.
+
+    The image lives in the inventory (hicache_image), as every other setting: set the new one there, then upgrade. The fleet never ends unlike its inventory: `status` and the next `deploy` agree with it."""
     run_and_report("site.yml", inventory, limit, json, check=check, show_diff=check, verb=_verb(check),
-                   extravars={"hicache_image": image}, rolling=True)
+                   extravars=_downgrade_vars(allow_downgrade), rolling=True,
+                   refusals=(lambda deployments: image_refusals(deployments, image)) if image is not None else None)
 
 
+def image_refusals(deployments: dict, image: str) -> list:
+    """A finding for each host whose inventory pins another image than `image` (upgrade --image): rolling out an image
+    the inventory does not name would leave the fleet unlike it, and the next deploy would roll it back silently."""
+    from hicachectl import rolling
+    from hicachectl.rules.findings import ERROR, Finding
+
+    return [Finding(ERROR, host, "hicache_image", "upgrade-image",
+                    f"upgrade --image {image} is not the image the inventory pins ({d.image}); upgrade rolls out the inventory's image.",
+                    f"set hicache_image: {image} in the inventory (e.g. group_vars/all.yml), then run `hicachectl upgrade` again.")
+            for host, d in sorted(deployments.items()) if d is not None and not rolling.same_image(image, d.image)]
+
+
+def _downgrade_vars(allow_downgrade: bool) -> dict:
+    """What tells the roles that a downgrade is asked for (roles/sglang_image/tasks/apply.yml)."""
+    return {"__hicache_allow_downgrade": True} if allow_downgrade else {}
+
+
+@names_ansible_config
 @common.with_vault
 def restart(inventory: str = common.InventoryOpt, limit: str | None = common.LimitOpt, json: bool = common.JsonOpt,
             check: bool = CheckOpt) -> None:
@@ -42,6 +81,7 @@ def restart(inventory: str = common.InventoryOpt, limit: str | None = common.Lim
     run_and_report("restart.yml", inventory, limit, json, check=check, show_diff=False, verb=_verb(check), rolling=True)
 
 
+@names_ansible_config
 @common.with_vault
 def rollback(inventory: str = common.InventoryOpt, limit: str | None = common.LimitOpt, json: bool = common.JsonOpt,
              check: bool = CheckOpt) -> None:
@@ -91,18 +131,21 @@ def release_locks_after(result, inv, run_id: str) -> None:
 
 
 def run_and_report(playbook: str, inventory: str, limit: str | None, json: bool, *, check: bool, show_diff: bool, verb: str,
-                   extravars: dict | None = None, rolling: bool = False) -> NoReturn:
+                   extravars: dict | None = None, rolling: bool = False, refusals=None) -> NoReturn:
     """Guard the inventory, run `playbook` on its hosts (its routers too for site.yml), release what a cut-short
-    run left locked, report."""
-    from hicachectl import runner, secrets
+    run left locked, report. `refusals(deployments)`: the command's own findings, refused as the inventory's are."""
+    from hicachectl import paths, runner, secrets
 
     inv, deployments = common.guard(inventory, limit, common.NOTHING_CONTACTED, extravars)
+    if refusals is not None:
+        common.refuse_invalid(inv, refusals(deployments), REFUSED)
     # diffs (an old start.sh's), notes and reasons show them as ********; a router's too (its index URL)
     hidden = secrets.all_values([*deployments.values(), *getattr(inv, "routers", {}).values()])
     # site.yml ends with the routers' play; the other playbooks run on servers only
     routers = list(inv.routers) if playbook == "site.yml" else []
     routers_said = f" and {len(routers)} router(s)" if routers else ""
     common.say(f"{'checking' if check else 'running'} {playbook} on {len(deployments)} host(s){routers_said} of {inv.name}")
+    common.say(f"  Ansible settings: {paths.ansible_config().describe()}")
     run_id = new_run_id()
     # With routers a change rolls one server at a time by default (hicache_serial 0 would take every server out of
     # the routers at once): the others serve meanwhile.

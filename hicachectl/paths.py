@@ -13,9 +13,11 @@ Generated-file checks (`python -m hicachectl.schema`, `python -m hicachectl.read
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import pathlib
+import stat
 
 _PACKAGE = pathlib.Path(__file__).resolve().parent
 _MARKERS = ("pyproject.toml", "ansible.cfg", "galaxy.yml", "playbooks", "templates")
@@ -72,6 +74,56 @@ def collections_dir() -> pathlib.Path:
         staged.symlink_to(ROOT, target_is_directory=True)
         os.replace(staged, link)  # atomic: a concurrent run sees the old link or the new one
     return base
+
+
+# --- the Ansible configuration hicachectl's playbooks run with (issue #24) ------------------------------------------
+# Ansible's own lookup, first readable file wins (ansible-core lib/ansible/config/manager.py find_ini_config_file):
+# ANSIBLE_CONFIG (a directory means its ansible.cfg), ./ansible.cfg unless the working directory is world-writable,
+# ~/.ansible.cfg, /etc/ansible/ansible.cfg. Done here, in hicachectl's own working directory, because ansible-runner
+# starts ansible-playbook in the playbooks' directory (ansible_runner/config/runner.py: cwd = project_dir), where
+# Ansible would not find the user's ./ansible.cfg. Pure os calls: `--help` names the file without importing Ansible.
+
+@dataclasses.dataclass(frozen=True)
+class AnsibleConfigFile:
+    path: pathlib.Path
+    found_by: str  # how: "ANSIBLE_CONFIG", "./ansible.cfg", "~/.ansible.cfg", "/etc/ansible/ansible.cfg", or OWN
+
+    @property
+    def own(self) -> bool:
+        return self.found_by == OWN_CONFIG
+
+    def describe(self) -> str:
+        return (f"{self.path} (hicachectl's own: no ANSIBLE_CONFIG, ./ansible.cfg, ~/.ansible.cfg or /etc/ansible/ansible.cfg)"
+                if self.own else f"{self.path} (found as {self.found_by}, Ansible's own lookup)")
+
+
+OWN_CONFIG = "hicachectl's own"
+
+
+def _readable(path: str) -> bool:
+    return os.path.exists(path) and os.access(path, os.R_OK)
+
+
+def ansible_config(environ=None, cwd: str | None = None) -> AnsibleConfigFile:
+    """The ansible.cfg Ansible itself would use here; hicachectl's own (ANSIBLE_CFG) when there is none."""
+    environ = os.environ if environ is None else environ
+    candidates = []
+    if "ANSIBLE_CONFIG" in environ:
+        # unfrackpath(follow=False): ~ and $VARS expanded, made absolute, symlinks kept
+        from_env = os.path.abspath(os.path.expandvars(os.path.expanduser(environ["ANSIBLE_CONFIG"])))
+        candidates.append((os.path.join(from_env, "ansible.cfg") if os.path.isdir(from_env) else from_env, "ANSIBLE_CONFIG"))
+    try:
+        cwd = cwd or os.getcwd()
+        if not os.stat(cwd).st_mode & stat.S_IWOTH:  # Ansible ignores ./ansible.cfg in a world-writable directory
+            candidates.append((os.path.join(cwd, "ansible.cfg"), "./ansible.cfg"))
+    except OSError:
+        pass
+    home = environ.get("HOME") or os.path.expanduser("~")
+    candidates += [(os.path.join(home, ".ansible.cfg"), "~/.ansible.cfg"), ("/etc/ansible/ansible.cfg", "/etc/ansible/ansible.cfg")]
+    for path, found_by in candidates:
+        if _readable(path):
+            return AnsibleConfigFile(pathlib.Path(path), found_by)
+    return AnsibleConfigFile(ANSIBLE_CFG, OWN_CONFIG)
 
 
 if __name__ == "__main__":  # `python -m hicachectl.paths`: make the link (tests/run does before ansible-lint)

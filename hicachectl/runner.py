@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from hicachectl.inventory import ROUTERS
-from hicachectl.paths import ANSIBLE_CFG, CALLBACK_PLUGINS, PLAYBOOKS, collections_dir
+from hicachectl.paths import ANSIBLE_CFG, CALLBACK_PLUGINS, PLAYBOOKS, AnsibleConfigFile, ansible_config, collections_dir  # noqa: F401
 
 
 @dataclasses.dataclass
@@ -255,6 +255,41 @@ def _cancel_on_signals():
             signal.signal(sig, handler)
 
 
+# The callbacks hicachectl's report needs (plugins/callback): the skips it files, the core loaded once per run.
+HICACHE_CALLBACKS = ("hicache_skips", "hicache_preload")
+
+
+def _joined(values: Iterable[str], sep: str) -> str:
+    return sep.join(dict.fromkeys(str(v) for v in values if v))
+
+
+def ansible_settings(config: AnsibleConfigFile | None = None) -> dict[str, str]:
+    """The environment that makes ansible-playbook use the user's Ansible configuration (the file Ansible's own lookup
+    finds from here, hicachectl.paths.ansible_config; hicachectl's ansible.cfg when there is none) with what hicachectl
+    needs added to it, never in place of it: its callbacks' directory and names, its collection first on the
+    collections path. Each is the file's value (or the user's ANSIBLE_* variable, which Ansible puts above the file)
+    with ours joined to it: an ANSIBLE_* variable replaces the file's setting whole (ansible/config/manager.py), so
+    ours alone would hide the user's callbacks and collections. ANSIBLE_CONFIG names the file, as ansible-runner runs
+    ansible-playbook in the playbooks' directory, where its own lookup would miss a ./ansible.cfg of the user's."""
+    from ansible.config.manager import ConfigManager
+
+    config = config or ansible_config()
+    manager = ConfigManager(str(config.path))
+
+    def configured(name: str) -> list[str]:
+        value = manager.get_config_value(name)
+        return [value] if isinstance(value, str) else list(value or [])
+
+    return {
+        "ANSIBLE_CONFIG": str(config.path),
+        # ansible-runner appends its own callback directory to this one (ansible_runner/config/_base.py).
+        "ANSIBLE_CALLBACK_PLUGINS": _joined([str(CALLBACK_PLUGINS), *configured("DEFAULT_CALLBACK_PLUGIN_PATH")], os.pathsep),
+        "ANSIBLE_CALLBACKS_ENABLED": _joined([*configured("CALLBACKS_ENABLED"), *HICACHE_CALLBACKS], ","),
+        # hicache.deploy is this installation's own, ahead of any copy the user installed.
+        "ANSIBLE_COLLECTIONS_PATH": _joined([str(collections_dir()), *configured("COLLECTIONS_PATHS")], os.pathsep),
+    }
+
+
 def run_playbook(playbook: str, inventory: pathlib.Path, *, limit: str | None = None, check: bool = False,
                  diff: bool = False, extravars: dict[str, Any] | None = None, tags: str | None = None,
                  progress: Progress | None = None, hosts: Iterable[str] = (), routers: Iterable[str] = ()) -> RunResult:
@@ -287,15 +322,10 @@ def run_playbook(playbook: str, inventory: pathlib.Path, *, limit: str | None = 
             extravars=extravars or {},
             cmdline=" ".join(map(shlex.quote, cmdline)) or None,
             passwords=vault_answers or None,
-            # ansible-runner starts from this process's environment; these are ours. The Ansible
-            # installed beside this Python runs, even when its venv is not activated.
-            # ansible-runner sets ANSIBLE_CALLBACK_PLUGINS for its own callback, which hides
-            # ansible.cfg's callback_plugins; it keeps a value given here beside its own.
-            envvars={"ANSIBLE_CONFIG": str(ANSIBLE_CFG), "ANSIBLE_NOCOLOR": "1", "HICACHE_SKIPS_FILE": str(skips),
-                     "ANSIBLE_CALLBACK_PLUGINS": str(CALLBACK_PLUGINS),
-                     # hicache.deploy is this installation's own, ahead of any copy the user installed.
-                     "ANSIBLE_COLLECTIONS_PATH": os.pathsep.join(filter(None, [str(collections_dir()), os.environ.get("ANSIBLE_COLLECTIONS_PATH"),
-                                                                              "~/.ansible/collections", "/usr/share/ansible/collections"])),
+            # ansible-runner starts from this process's environment; these are ours: the user's Ansible settings with
+            # what hicachectl needs on top (ansible_settings). The Ansible installed beside this Python runs, even
+            # when its venv is not activated.
+            envvars={**ansible_settings(), "ANSIBLE_NOCOLOR": "1", "HICACHE_SKIPS_FILE": str(skips),
                      "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]), **vault_env},
             event_handler=collector,
             cancel_callback=cancelled,

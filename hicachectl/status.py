@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hicachectl import verify
+from hicachectl import rolling, verify
 
 CURRENT, PENDING, OTHER, NONE = "current", "pending restart", "not the inventory's", "not deployed"
 # status's exit codes (hicachectl.cli.CHECK_EXIT_CODES): every server fine; one is not; one could not be read.
@@ -34,12 +34,17 @@ def judge(d, state: Mapping[str, Any]) -> dict[str, Any]:
     health = int(state.get("health") or -1)
     unit = state.get("unit") or "unknown"
     problems = []
+    # The image is part of what "current" means: with runtime none it is in no launch file, so not in the hash.
+    running_image = deployed.get("image")
+    if config == CURRENT and running_image and d.image and not rolling.same_image(running_image, d.image):
+        config = OTHER
+        problems.append(f"runs image {running_image}, not the inventory's {d.image} (`hicachectl upgrade`, or `deploy`)")
     if config == NONE:
         problems.append(f"not deployed: no config in {d.cfg_dir} (`hicachectl deploy`)")
     elif config == PENDING:
         problems.append(f"pending restart: {d.cfg_dir} holds the inventory's config {state['wanted_config_hash']}, the server was started with "
                         f"{deployed.get('config_hash', 'none')} (`hicachectl restart`)")
-    elif config == OTHER:
+    elif config == OTHER and not problems:
         problems.append(f"runs config {deployed.get('config_hash', 'none')}, not the inventory's {state['wanted_config_hash']} (`hicachectl deploy`)")
     if config != NONE and unit != "active":
         problems.append(f"unit {d.service_name} is {unit}")

@@ -109,8 +109,10 @@ def client(conn: Mapping[str, Any], host: str, cfg: pathlib.Path | None = None):
     """A paramiko client connected to `host` as Ansible would connect, its host key checked."""
     import paramiko
 
-    if cfg is None:
-        from hicachectl.runner import ANSIBLE_CFG as cfg
+    if cfg is None:  # the ansible.cfg Ansible itself uses here (the user's, else hicachectl's): its ssh args hold
+        from hicachectl.paths import ansible_config
+
+        cfg = ansible_config().path
     mode, systems, users = host_key_policy(ssh_options(conn, cfg))
     ssh = paramiko.SSHClient()
     known = []

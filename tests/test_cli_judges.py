@@ -17,8 +17,8 @@ HASH = "c0ffee"
 
 
 def state(**changes):
-    """What status.yml reports for a server that runs the inventory's config, healthy."""
-    read = {"deployed": {"config_hash": HASH, "image": "lmsysorg/sglang:v0.5.21"}, "installed": {"config_hash": HASH},
+    """What status.yml reports for a server that runs the inventory's config and image (the local profile's), healthy."""
+    read = {"deployed": {"config_hash": HASH, "image": "lmsysorg/sglang:v0.5.20-cu130"}, "installed": {"config_hash": HASH},
             "server_info": {}, "wanted_config_hash": HASH, "unit": "active", "since": "Mon 2026-11-30 10:00:00 UTC",
             "main_pid": "42", "restarts": "0", "health": "200"}
     return {**read, **changes}
@@ -35,7 +35,7 @@ def servers():
 def test_status_every_server_fine_is_exit_0_with_one_row_each(servers):
     verdict = status.judge_hosts(servers, {"gpu-a": state(), "gpu-b": state()}, {})
     assert verdict["exit_code"] == 0
-    assert verdict["rows"] == [[host, "active", "Mon 2026-11-30 10:00:00 UTC", "lmsysorg/sglang:v0.5.21", f"{HASH} (current)", "ok", ""]
+    assert verdict["rows"] == [[host, "active", "Mon 2026-11-30 10:00:00 UTC", "lmsysorg/sglang:v0.5.20-cu130", f"{HASH} (current)", "ok", ""]
                                for host in ("gpu-a", "gpu-b")]
     assert verdict["hosts"]["gpu-a"]["ok"] and verdict["hosts"]["gpu-a"]["current"] and verdict["hosts"]["gpu-a"]["unit"] == "active"
 
@@ -216,3 +216,15 @@ def test_a_runs_json_is_masked_and_exit_0_only_when_every_host_is_good(capsys):
     assert code == 0 and report["ok"] and report["check"] is True and report["hosts"]["gpu-a"]["reason"] == ""
     assert report["hosts"]["gpu-a"]["notes"] == ["token ********"]
     assert report["hosts"]["gpu-a"]["note_records"] == [{"task": "Write start.sh", "text": "token ********"}]
+
+
+def test_status_a_server_on_another_image_than_the_inventorys_is_not_current(servers):
+    """With runtime none the image is in no launch file, so the config hash alone would call it current (issue 24:
+    after an upgrade outside the inventory, status said "(current)" and the next deploy rolled every host back)."""
+    d = servers["gpu-a"]
+    other = {"config_hash": HASH, "image": "lmsysorg/sglang:v0.5.99-other"}
+    verdict = status.judge(d, state(deployed=other))
+    assert verdict["config"] == status.OTHER and not verdict["ok"]
+    assert verdict["problems"][0] == f"runs image lmsysorg/sglang:v0.5.99-other, not the inventory's {d.image} (`hicachectl upgrade`, or `deploy`)"
+    same = status.judge(d, state(deployed={"config_hash": HASH, "image": d.image}))
+    assert same["config"] == status.CURRENT, same

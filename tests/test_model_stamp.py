@@ -147,3 +147,22 @@ def test_missing_files_stats_only():
 def test_empty_directory_refuses_root():
     with pytest.raises(ValueError):
         stamp_module.empty_directory("/")
+
+
+def test_the_lock_of_a_shared_directory_survives_a_clean_and_is_no_file_of_the_model(model_dir):
+    """roles/model/tasks/weights.yml holds hicache_lock's file (and its guard) in a shared model directory while the
+    download's begin empties it for another repository: both stay, and finish does not record them as the model's."""
+    from hicachectl import rolling
+
+    assert stamp_module.DOWNLOAD_LOCK == rolling.DOWNLOAD_LOCK  # the role's lock path and the module agree
+    run(model_dir, "begin")
+    fake_download(model_dir, {"config.json": "{}"})
+    run(model_dir, "finish")
+    held = {stamp_module.DOWNLOAD_LOCK: '{"run_id": "r/gpu-01"}', f"{stamp_module.DOWNLOAD_LOCK}.guard": ""}
+    for name, text in held.items():
+        (model_dir / name).write_text(text)
+    run(model_dir, "begin", repo="other/model")  # another repository: the directory is emptied
+    assert sorted(os.listdir(model_dir)) == sorted([".hicache-downloading", *held])
+    fake_download(model_dir, {"config.json": '{"b": 2}'})
+    finished = run(model_dir, "finish", repo="other/model")
+    assert sorted(finished["stamp"]["files"]) == ["config.json"]

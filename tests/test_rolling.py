@@ -70,3 +70,65 @@ def test_bench_sums_the_metrics_of_every_server_behind_a_router(monkeypatch):
     assert metrics.total(bench.target_metrics(target), metrics.BACKUPED) == 15
     # one server not answering: no partial sum that would understate the hits
     assert bench.target_metrics(bench.Target("http://router", metrics_urls=["http://a", "http://c"])) is None
+
+
+# --- a downgrade is named, an image compared however it is spelt (issue #24, item 1) ---------------------------------
+
+def test_an_older_sglang_than_the_one_running_is_a_downgrade_and_an_unknown_version_makes_no_claim():
+    from hicachectl import rolling
+
+    d = deployment(hicache_image="lmsysorg/sglang:v0.5.21-cu129")
+    running = {"image": "lmsysorg/sglang:v0.5.23-cu129", "sglang_version": "0.5.23"}
+    assert rolling.downgrade(d, running) == ("the server runs SGLang 0.5.23 (image lmsysorg/sglang:v0.5.23-cu129) and the inventory pins "
+                                             "the older 0.5.21 (hicache_image lmsysorg/sglang:v0.5.21-cu129): a downgrade")
+    assert rolling.downgrade(deployment(hicache_image="lmsysorg/sglang:v0.5.23-cu130"), running) == ""  # same version, other build
+    assert rolling.downgrade(deployment(hicache_image="lmsysorg/sglang:v0.5.23-cu129"), {"sglang_version": "0.5.21"}) == ""  # an upgrade
+    assert rolling.downgrade(d, None) == "" and rolling.downgrade(d, {}) == ""  # nothing runs yet
+    assert rolling.downgrade(d, {"sglang_version": "main"}) == ""  # no order to judge
+
+
+def test_the_same_image_however_a_runtime_spells_it():
+    from hicachectl import rolling
+
+    assert rolling.same_image("lmsysorg/sglang:v0.5.21", "docker.io/lmsysorg/sglang:v0.5.21")
+    assert rolling.same_image("ubuntu:24.04", "docker.io/library/ubuntu:24.04")
+    assert not rolling.same_image("lmsysorg/sglang:v0.5.21", "lmsysorg/sglang:v0.5.23")
+
+
+def test_upgrade_refuses_an_image_the_inventory_does_not_pin_naming_host_variable_and_fix():
+    from hicachectl import cli_change
+
+    fleet = {"gpu-01": deployment(hicache_image="lmsysorg/sglang:v0.5.21-cu129"), "gpu-02": deployment(hicache_image="lmsysorg/sglang:v0.5.23-cu129")}
+    [refusal] = cli_change.image_refusals(fleet, "docker.io/lmsysorg/sglang:v0.5.23-cu129")
+    assert (refusal.host, refusal.variable, refusal.rule, refusal.level) == ("gpu-01", "hicache_image", "upgrade-image", rules.ERROR)
+    assert refusal.fix.startswith("set hicache_image: docker.io/lmsysorg/sglang:v0.5.23-cu129 in the inventory")
+    assert cli_change.image_refusals(fleet, "lmsysorg/sglang:v0.5.21-cu129")[0].host == "gpu-02"
+
+
+# --- one download per shared model directory (issue #24, item 7) -----------------------------------------------------
+
+HUB = {"hicache_model_source": "hub", "hicache_model_repo": "Qwen/Qwen3-8B", "hicache_model_dir": "/mnt/models/qwen3"}
+
+
+def test_hosts_sharing_a_model_directory_have_one_downloader_the_first_by_name():
+    from hicachectl import rolling
+
+    fleet = {h: deployment(**HUB, hicache_model_share="models-nfs") for h in ("gpu-03", "gpu-01", "gpu-02")}
+    fleet["gpu-04"] = deployment(**HUB)  # its own disk: downloads its own
+    fleet["gpu-05"] = deployment(**{**HUB, "hicache_model_dir": "/mnt/models/other"}, hicache_model_share="models-nfs")
+    plans = {h: rolling.model_download(h, fleet, fleet) for h in fleet}
+    assert {h: p["downloader"] for h, p in plans.items()} == {"gpu-01": "gpu-01", "gpu-02": "gpu-01", "gpu-03": "gpu-01", "gpu-04": "gpu-04",
+                                                              "gpu-05": "gpu-05"}
+    assert [h for h, p in plans.items() if not p["waits"]] == ["gpu-01", "gpu-04", "gpu-05"]  # one download per directory
+    assert plans["gpu-02"]["lock"] == "/mnt/models/qwen3/" + rolling.DOWNLOAD_LOCK and plans["gpu-04"]["lock"] is None
+    assert plans["gpu-03"]["text"].startswith("gpu-01 downloads Qwen/Qwen3-8B into /mnt/models/qwen3 for the 3 host(s) gpu-[01:03] sharing it")
+    # --limit: the run's hosts decide; a host outside it does not download for the others
+    assert rolling.model_download("gpu-03", fleet, ["gpu-02", "gpu-03"])["downloader"] == "gpu-02"
+
+
+def test_hosts_sharing_a_directory_for_different_models_are_refused():
+    from hicachectl import rolling
+
+    fleet = {"gpu-01": deployment(**HUB, hicache_model_share="s"), "gpu-02": deployment(**{**HUB, "hicache_model_revision": "v2"}, hicache_model_share="s")}
+    with pytest.raises(ValueError, match=r"gpu-01 and gpu-02 share /mnt/models/qwen3 \(hicache_model_share s\) but want other downloads"):
+        rolling.model_download("gpu-01", fleet, fleet)

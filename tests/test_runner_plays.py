@@ -1,8 +1,18 @@
 """Which play judges a host: the servers' last play for a server, the routers' play for a router (ansible-runner's
-event stream, replayed without Ansible)."""
+event stream, replayed without Ansible). And the Ansible configuration a playbook runs with: the user's, found as
+Ansible finds it, with hicachectl's callbacks and collection added."""
 
 from __future__ import annotations
 
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from hicachectl import paths, runner
 from hicachectl.runner import _Collector
 
 
@@ -48,3 +58,89 @@ def test_a_failed_loop_item_is_named_in_the_reason():
     collector({"event": "runner_item_on_failed", "event_data": {"host": "gpu-1", "task": "Remove it from each router",
                                                                 "res": {"msg": "timed out", "_ansible_item_label": "router-2"}}})
     assert collector.hosts["gpu-1"].reasons == ["Remove it from each router (router-2): timed out"]
+
+
+# --- the Ansible configuration playbooks run with (issue #24, item 3) --------------------------------------------
+# hicachectl.paths.ansible_config mirrors Ansible's own lookup (ansible-core lib/ansible/config/manager.py
+# find_ini_config_file); each layout is held to what that function itself answers, run in a fresh process.
+
+ANSIBLES_OWN = "import json; from ansible.config.manager import find_ini_config_file; print(json.dumps(find_ini_config_file()))"
+
+
+def ansible_finds(cwd: pathlib.Path, env: dict) -> str | None:
+    clean = {k: v for k, v in os.environ.items() if k != "ANSIBLE_CONFIG"}
+    out = subprocess.run([sys.executable, "-c", ANSIBLES_OWN], cwd=cwd, env={**clean, **env}, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def layout(tmp_path: pathlib.Path, name: str) -> tuple[pathlib.Path, dict]:
+    """A working directory and an environment (HOME, maybe ANSIBLE_CONFIG) of one kind of setup."""
+    home, work, elsewhere = tmp_path / "home", tmp_path / "work", tmp_path / "elsewhere"
+    for d in (home, work, elsewhere):
+        d.mkdir()
+    env = {"HOME": str(home)}
+    if name in ("env-file", "env-dir", "env-missing"):
+        (elsewhere / "ansible.cfg").write_text("[defaults]\n")
+        (work / "ansible.cfg").write_text("[defaults]\n")
+        env["ANSIBLE_CONFIG"] = {"env-file": str(elsewhere / "ansible.cfg"), "env-dir": str(elsewhere),
+                                 "env-missing": str(elsewhere / "none.cfg")}[name]
+    elif name in ("cwd", "cwd-world-writable"):
+        (work / "ansible.cfg").write_text("[defaults]\n")
+        (home / ".ansible.cfg").write_text("[defaults]\n")
+        if name == "cwd-world-writable":
+            work.chmod(0o777)
+    elif name == "home":
+        (home / ".ansible.cfg").write_text("[defaults]\n")
+    return work, env
+
+
+@pytest.mark.parametrize("name", ["env-file", "env-dir", "env-missing", "cwd", "cwd-world-writable", "home", "none"])
+def test_the_ansible_cfg_in_effect_is_the_one_ansibles_own_lookup_finds(tmp_path, name):
+    work, env = layout(tmp_path, name)
+    found = paths.ansible_config({**{k: v for k, v in os.environ.items() if k != "ANSIBLE_CONFIG"}, **env}, str(work))
+    expected = ansible_finds(work, env)
+    if expected is None and not pathlib.Path("/etc/ansible/ansible.cfg").exists():
+        assert found.own and found.path == paths.ANSIBLE_CFG  # nothing of the user's: hicachectl's defaults
+    else:
+        assert str(found.path) == expected and not found.own
+    assert {"env-file": "ANSIBLE_CONFIG", "env-dir": "ANSIBLE_CONFIG", "env-missing": "./ansible.cfg", "cwd": "./ansible.cfg",
+            "cwd-world-writable": "~/.ansible.cfg", "home": "~/.ansible.cfg", "none": paths.OWN_CONFIG}[name] == found.found_by
+
+
+def test_the_users_ansible_cfg_is_used_with_hicachectls_callbacks_and_collection_added_not_instead(tmp_path, monkeypatch):
+    cfg = tmp_path / "ansible.cfg"
+    cfg.write_text("[defaults]\ncallback_plugins = my_callbacks\ncallbacks_enabled = my_timer\ncollections_path = my_collections\n"
+                   "forks = 7\n[ssh_connection]\nssh_args = -o ProxyJump=bastion.example.com\n")
+    for name in ("ANSIBLE_CALLBACK_PLUGINS", "ANSIBLE_CALLBACKS_ENABLED", "ANSIBLE_COLLECTIONS_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    settings = runner.ansible_settings(paths.AnsibleConfigFile(cfg, "./ansible.cfg"))
+    assert settings["ANSIBLE_CONFIG"] == str(cfg)  # the user's file: its forks, ssh_args, become, vault ids hold
+    assert settings["ANSIBLE_CALLBACK_PLUGINS"].split(os.pathsep) == [str(paths.CALLBACK_PLUGINS), str(tmp_path / "my_callbacks")]
+    assert settings["ANSIBLE_CALLBACKS_ENABLED"].split(",") == ["my_timer", *runner.HICACHE_CALLBACKS]
+    assert settings["ANSIBLE_COLLECTIONS_PATH"].split(os.pathsep) == [str(paths.collections_dir()), str(tmp_path / "my_collections")]
+    # The user's ANSIBLE_* variable is above their file (Ansible's precedence): it is what ours join.
+    monkeypatch.setenv("ANSIBLE_CALLBACKS_ENABLED", "their_env_callback")
+    assert runner.ansible_settings(paths.AnsibleConfigFile(cfg, "./ansible.cfg"))["ANSIBLE_CALLBACKS_ENABLED"].split(",") == [
+        "their_env_callback", *runner.HICACHE_CALLBACKS]
+
+
+def test_a_playbook_runs_with_the_users_ansible_cfg_found_from_hicachectls_working_directory(tmp_path, monkeypatch):
+    """End to end through ansible-runner, which starts ansible-playbook in the playbooks' directory: a callback the
+    user's ./ansible.cfg enables (from a directory it names) runs, and so do hicachectl's (the skips file is read)."""
+    work = tmp_path / "ops"
+    (work / "callbacks").mkdir(parents=True)
+    marker = tmp_path / "the-users-callback-ran"
+    (work / "callbacks" / "users_marker.py").write_text(
+        "from ansible.plugins.callback import CallbackBase\n"
+        "class CallbackModule(CallbackBase):\n"
+        "    CALLBACK_VERSION = 2.0\n    CALLBACK_TYPE = 'aggregate'\n    CALLBACK_NAME = 'users_marker'\n    CALLBACK_NEEDS_ENABLED = True\n"
+        f"    def v2_playbook_on_start(self, playbook):\n        open({str(marker)!r}, 'w').write('ran')\n")
+    (work / "ansible.cfg").write_text("[defaults]\ncallback_plugins = callbacks\ncallbacks_enabled = users_marker\n")
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text("all:\n  hosts:\n    box:\n      ansible_connection: local\n      ansible_python_interpreter: " + sys.executable + "\n")
+    for name in ("ANSIBLE_CONFIG", "ANSIBLE_CALLBACK_PLUGINS", "ANSIBLE_CALLBACKS_ENABLED"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(work)
+    result = runner.run_playbook("unlock.yml", inventory, hosts=["box"], extravars={"__hicache_run_id": "test-run"})
+    assert marker.read_text() == "ran"
+    assert result.hosts["box"].status == "ok", result.hosts["box"]

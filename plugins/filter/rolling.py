@@ -1,7 +1,9 @@
 # Copyright: hicache-deploy developers
 # SPDX-License-Identifier: Apache-2.0
 """The filters of a server's restart behind the routers (roles/sglang_server/tasks/restart.yml, hicachectl/rolling.py):
-the routers to take it out of and how to tell that it is drained.
+the routers to take it out of and how to tell that it is drained; and whether the inventory's image is a downgrade of
+what a server runs (roles/sglang_image/tasks/apply.yml); which host downloads a model shared by several
+(roles/model/tasks/weights.yml).
 
 The core is the Python package hicache-deploy on the controller (see plugins/filter/hicache.py).
 """
@@ -45,6 +47,50 @@ def hicache_rolling(variables, host, all_hostvars, routers):
         raise AnsibleFilterError(str(exc)) from exc
 
 
+def hicache_downgrade(variables, host, facts):
+    """Why the inventory's image is a downgrade of what the server of `host` runs ('' when it is not, or cannot be
+    told): its deployed.json as the host facts read it (hicache_facts.files) against the inventory's SGLang version.
+    Variables that do not describe a whole server (a role used alone with its own) make no claim."""
+    _core()
+    import json
+
+    from hicachectl import render
+
+    hicache = plain({k: variables[k] for k in list(variables) if k.startswith(PREFIX) and k not in schema.FACTS})
+    deployment, findings = rules.check_host(host, hicache)
+    if deployment is None or rules.has_errors(findings):
+        return ""
+    text = ((facts or {}).get("files") or {}).get(f"{deployment.cfg_dir}/{render.DEPLOYED}")
+    try:
+        running = json.loads(text) if isinstance(text, str) and text.strip() else None
+    except ValueError:  # a damaged record: the restart tasks replace it; no claim about it here
+        running = None
+    return rolling.downgrade(deployment, running)
+
+
+def _deployment_or_none(variables, host):
+    hicache = plain({k: variables[k] for k in list(variables) if k.startswith(PREFIX) and k not in schema.FACTS})
+    deployment, findings = rules.check_host(host, hicache, "model")
+    return None if rules.has_errors(findings) else deployment
+
+
+def hicache_model_download(variables, host, all_hostvars, play_hosts):
+    """Who downloads the hub model of `host` (`variables`: its hicache_vars lookup) among the hosts of the run
+    (`play_hosts`: ansible_play_hosts_all, their variables in `all_hostvars`, i.e. hostvars): hicachectl/rolling.py
+    model_download. A host whose variables do not check out is left out of the others' sharing (it fails on its own)."""
+    _core()
+    deployment = _deployment_or_none(variables, host)
+    if deployment is None:
+        raise AnsibleFilterError(f"{host}: invalid hicache variables for the model role")
+    names = list(play_hosts or [])
+    deployments = {name: _deployment_or_none(all_hostvars[name], name) for name in names if name != host and name in all_hostvars}
+    deployments[host] = deployment
+    try:
+        return rolling.model_download(host, deployments, [*names, host])
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
 def hicache_in_flight(text):
     """Requests a server runs or queues, from its /metrics text (every rank); -1 when the text has no such gauge."""
     _core()
@@ -54,4 +100,4 @@ def hicache_in_flight(text):
 
 class FilterModule:
     def filters(self):
-        return {f.__name__: f for f in (hicache_rolling, hicache_in_flight)}
+        return {f.__name__: f for f in (hicache_rolling, hicache_in_flight, hicache_downgrade, hicache_model_download)}

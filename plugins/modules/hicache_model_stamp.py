@@ -113,7 +113,11 @@ from ansible.module_utils.basic import AnsibleModule
 
 STAMP = ".hicache-downloaded"
 MARKER = ".hicache-downloading"
-NOT_LISTED = {STAMP, MARKER, f"{STAMP}.tmp", f"{MARKER}.tmp", ".cache"}  # .cache/huggingface: hf's own bookkeeping of a --local-dir download
+# The lock of a directory several hosts share (roles/model/tasks/weights.yml takes it with hicache_lock, which keeps a
+# guard file beside it): held while this module empties the directory, so never removed, and no file of the model.
+DOWNLOAD_LOCK = ".hicache-download.lock"
+LOCK_FILES = {DOWNLOAD_LOCK, f"{DOWNLOAD_LOCK}.guard"}
+NOT_LISTED = {STAMP, MARKER, f"{STAMP}.tmp", f"{MARKER}.tmp", ".cache", *LOCK_FILES}  # .cache/huggingface: hf's own bookkeeping of a --local-dir download
 
 
 def describe(repo, revision):
@@ -198,6 +202,8 @@ def empty_directory(directory):
     if os.path.realpath(directory) == "/":
         raise ValueError("refusing to empty /")
     for entry in os.scandir(directory):
+        if entry.name in LOCK_FILES:  # the lock of the host emptying it (a shared directory)
+            continue
         if entry.is_dir(follow_symlinks=False):
             shutil.rmtree(entry.path)
         else:

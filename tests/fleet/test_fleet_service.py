@@ -95,7 +95,9 @@ def test_upgrade_rolls_host_by_host_and_a_bad_one_is_rolled_back(served_fleet):
     base = {**SERVICE_VARS, "hicache_served_model_name": "fleet", "hicache_image": "lmsysorg/sglang:v0.5.21-cu129"}
     inventory = served_fleet.inventory(extra_vars=base, name="served-upgrade")
     cli("deploy", "--inventory", str(inventory), check_rc=0)
-    good = cli("upgrade", "--image", "lmsysorg/sglang:v0.5.23-cu129", "--inventory", str(inventory))
+    # Upgrades are declarative: the new image is the inventory's (docs/operations.md).
+    base = {**base, "hicache_image": "lmsysorg/sglang:v0.5.23-cu129"}
+    good = cli("upgrade", "--inventory", str(served_fleet.inventory(extra_vars=base, name="served-upgraded")))
     assert good.returncode == 0, good.stdout + good.stderr
     for host in hosts:
         assert '"image": "lmsysorg/sglang:v0.5.23-cu129"' in served_fleet.ssh(host, "cat /opt/sglang-hicache/cfg/deployed.json").stdout
@@ -104,9 +106,9 @@ def test_upgrade_rolls_host_by_host_and_a_bad_one_is_rolled_back(served_fleet):
     assert [w.split(":")[0].strip() for w in waits] == [h for h in hosts for _ in (0, 1)], waits
 
     pids = {h: main_pid(served_fleet, h) for h in hosts}
-    bad = served_fleet.inventory(extra_vars={**base, "hicache_health_timeout": 6, "hicache_container_env": {"STANDIN_NEVER_HEALTHY": "1"}},
-                                 name="served-upgrade-bad")
-    run = cli("upgrade", "--image", "lmsysorg/sglang:v0.5.22-broken", "--inventory", str(bad))
+    bad = served_fleet.inventory(extra_vars={**base, "hicache_health_timeout": 6, "hicache_container_env": {"STANDIN_NEVER_HEALTHY": "1"},
+                                             "hicache_image": "lmsysorg/sglang:v0.5.22-broken"}, name="served-upgrade-bad")
+    run = cli("upgrade", "--allow-downgrade", "--inventory", str(bad))  # 0.5.22 after 0.5.23: asked for explicitly
     assert run.returncode == 1
     failed_host = hosts[0]
     assert f"{failed_host}: the new server did not become healthy" in run.stdout
