@@ -1,4 +1,4 @@
-"""hicachectl: deploy SGLang HiCache servers. Each command validates, calls the core, reports.
+"""hicachectl: deploy SGLang HiCache servers. Each command validates, calls the hicachectl modules, reports.
 
 This module is the app: its global options, the last-resort error handler, the exit codes (EXIT_CODES below;
 the README's table is generated from it) and the commands, registered from their families:
@@ -34,6 +34,25 @@ CHECK_EXIT_CODES = {
     EXIT_USAGE: "a host could not be checked (or a usage error, as for every command)",
 }
 CHECK_COMMANDS = ("doctor", "verify", "status")
+
+
+def _flags_without_type() -> None:
+    """--help names the value an option takes; a flag takes none. typer 0.29's rich help prints the Python type of
+    every option (typer/core.py TyperOption.display_type_rich), so each flag read `--json <bool>`: a flag shows no type."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+    if getattr(shown, "_hicache_flags", False):
+        return
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag and self.metavar is None else shown(self, ctx)
+
+    display_type_rich._hicache_flags = True
+    TyperOption.display_type_rich = display_type_rich
+
+
+_flags_without_type()
 
 
 class _App(typer.Typer):

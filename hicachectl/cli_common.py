@@ -93,7 +93,7 @@ def check(inventory: str, limit: str | None, overrides: dict | None = None):
         findings.extend(host_findings)
     findings.extend(rules.check_fleet(inv.hosts, getattr(inv, "connections", None)))  # across hosts: one machine twice
     findings.extend(rules.check_shared_tiers(deployments))
-    findings.extend(rules.check_routed(deployments, getattr(inv, "routers", {})))
+    findings.extend(rules.check_routed(deployments, getattr(inv, "routers", {}), getattr(inv, "connections", None)))
     for host, variables in getattr(inv, "routers", {}).items():  # a router host: only the router's variables
         findings.extend(rules.check_host(host, {**variables, **(overrides or {})}, role="router")[1])
     return inv, deployments, _masked_findings(findings, inv.hosts.values())

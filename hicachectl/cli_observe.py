@@ -52,12 +52,26 @@ def doctor_verdict(reports: Mapping[str, Mapping[str, Any] | None], unchecked: M
     entries = {h: dict(r, status=preflight.host_status(r)) if r else {"status": preflight.host_status(r), "error": unchecked[h]}
                for h, r in reports.items()}
     items = list(dict.fromkeys(c["item"] for r in reports.values() if r for c in r["checks"]))
-    cells = {h: {c["item"]: c["status"] + (" (required)" if c["blocking"] else "") for c in r["checks"]} for h, r in reports.items() if r}
+    cells = {h: {c["item"]: _doctor_cell(c) for c in r["checks"]} for h, r in reports.items() if r}
     lines = [report.table(["item"] + hosts, [[item] + [cells.get(h, {}).get(item, "-" if h in cells else "?") for h in hosts] for item in items])]
     lines += [f"{host}: {c['item']}: {c['detail']}" + (" [required by the inventory]" if c["blocking"] else "")
               for host, r in reports.items() for c in (r or {}).get("checks", []) if c["status"] in (preflight.MISSING, preflight.WARN)]
     lines += [f"{host}: could not be checked: {reason}" for host, reason in unchecked.items()]
     return {"exit_code": preflight.doctor_exit_code(dict(reports)), "hosts": entries, "lines": lines}
+
+
+DOCTOR_CELL = 40  # characters of a value shown in doctor's table; the whole detail is in --json
+
+
+def _doctor_cell(check: Mapping[str, Any]) -> str:
+    """What doctor's table shows of one check: its outcome, or, for an item that is only reported (`info`: the
+    kernel, the RAM), the value itself."""
+    from hicachectl import preflight
+
+    if check["status"] == preflight.INFO and check.get("detail"):
+        detail = " ".join(str(check["detail"]).split())
+        return detail if len(detail) <= DOCTOR_CELL else detail[:DOCTOR_CELL - 3] + "..."
+    return check["status"] + (" (required)" if check["blocking"] else "")
 
 
 @common.with_vault
@@ -93,9 +107,10 @@ def verify(inventory: str = common.InventoryOpt, limit: str | None = common.Limi
     from hicachectl import runner
 
     inv, deployments = common.guard(inventory, limit)
-    common.say(f"verifying {len(deployments)} host(s) of {inv.name}" + (" with the L3 persistence proof (restarts each server)" if l3 else ""))
-    run_id = cli_change.new_run_id()
     routers = sorted(getattr(inv, "routers", {}))  # router hosts: verify_routers.yml asks their SGLang router
+    common.say(f"verifying {len(deployments)} server(s){f' and {len(routers)} router(s)' if routers else ''} of {inv.name}"
+               + (" with the L3 persistence proof (restarts each server)" if l3 else ""))
+    run_id = cli_change.new_run_id()
     result = runner.run_playbook("verify.yml", inv.path, limit=limit, hosts=[*deployments, *routers], routers=routers,
                                  extravars=cli_change.play_vars(deployments, l3, {"__hicache_verify_l3_requested": l3, "__hicache_run_id": run_id}),
                                  progress=common.progress)

@@ -24,10 +24,13 @@ def validate(inventory: str = common.InventoryOpt, limit: str | None = common.Li
         common.print_findings(inv, findings)
         lines = [f"{rules.compact_hosts(hosts)}: {line}" for line, hosts in _grouped(namespaces, "line").items()]  # identical servers: one line
         errors = sum(f.level == rules.ERROR for f in findings)
-        lines.append(f"inventory {inv.name}: {len(deployments)} host(s), {errors} error(s), {len(findings) - errors} warning(s)"
+        routers = getattr(inv, "routers", None) or {}
+        counted = f"{len(deployments)} server(s) and {len(routers)} router(s)" if routers else f"{len(deployments)} host(s)"
+        lines.append(f"inventory {inv.name}: {counted}, {errors} error(s), {len(findings) - errors} warning(s)"
                      + (": valid." if ok else ": invalid, nothing was deployed."))
     common.finish(common.EXIT_OK if ok else common.EXIT_INVALID, json,
                   {"inventory": inv.name, "path": str(inv.path), "ok": ok, "hosts": sorted(deployments),
+                   "routers": sorted(getattr(inv, "routers", None) or {}),
                    "findings": [f.as_dict() for f in findings], "l3_namespaces": namespaces}, lines)
 
 
@@ -50,32 +53,93 @@ def _grouped(namespaces: dict, key: str) -> dict[str, list[str]]:
 
 
 @common.with_vault
-def render(inventory: str = common.InventoryOpt, host: str | None = typer.Option(None, "--host", help="Only this host."),
-           out: pathlib.Path | None = typer.Option(None, "--out", help="Write <out>/<host>/<file> instead of printing."),
+def render(inventory: str = common.InventoryOpt, host: str | None = typer.Option(None, "--host", help="Only this host (a server or a router)."),
+           out: pathlib.Path | None = typer.Option(None, "--out", help="Write <out>/<host>/<file> (the server's config directory) and "
+                                                   "<out>/<host>.rootfs/<path> (every other file) instead of printing."),
            force: bool = typer.Option(False, "--force", help="With --out: replace files already there."),
            json: bool = common.JsonOpt) -> None:
-    """Show (or write) the exact start.sh, run.sh and backend config each host would receive."""
+    """Show (or write) every file each host would receive: a server's start.sh, run.sh, backend config and unit, the
+    fstab block, sysctl.d, modprobe.d, nfs.conf.d, limits.d, the NIC config and units; a router's workers file and unit."""
     from hicachectl import launch, secrets
     from hicachectl import render as rendering
 
     inv, deployments = common.guard(inventory, host, common.NOTHING_RENDERED)
-    hidden = secrets.all_values(deployments.values())  # shown as ******** (files holding secrets show their masked text)
+    routers = _router_deployments(inventory, inv)
+    hidden = secrets.all_values([*deployments.values(), *(d for d, _ in routers.values())])  # shown as ******** (files holding secrets show their masked text)
+    per_host = {name: rendering.server_host_files(d) for name, d in deployments.items()}
+    per_host.update({name: rendering.router_host_files(d, servers) for name, (d, servers) in routers.items()})
     if out is not None:
-        _clear_out(out, {name: [f.name for f in rendering.files(d)] for name, d in deployments.items()}, force)
+        folders: dict[str, list[str]] = {}
+        for name, d in _deployment_of(deployments, routers).items():
+            for f in per_host[name].files:
+                folder, relative = _out_place(name, d, f)
+                folders.setdefault(folder, []).append(relative)
+        _clear_out(out, folders, force)
     payload = {}
-    for name, deployment in deployments.items():
-        files = rendering.files(deployment)
-        payload[name] = secrets.mask(dict(launch.summary(deployment), files={f.name: f.shown for f in files}), hidden)
+    for name, d in _deployment_of(deployments, routers).items():
+        host_files, removed = per_host[name].files, per_host[name].removed
+        if name in deployments:
+            entry = dict(launch.summary(d), role="server", files={f.name: f.shown for f in rendering.files(d)})
+        else:
+            entry = {"host": name, "role": "router"}
+        payload[name] = secrets.mask(dict(entry, host_files=[f.as_dict() for f in host_files],
+                                          removed_files=[{"role": role, "path": path} for role, path in removed]), hidden)
         if out is not None:
-            target = out / name
-            target.mkdir(parents=True, exist_ok=True)
-            for f in files:
-                _write_rendered(target / f.name, f.content, int(f.mode, 8))
-            common.say(f"{name}: wrote {', '.join(f.name for f in files)} to {target}")
+            for f in host_files:
+                target = out.joinpath(*_out_place(name, d, f))
+                target.parent.mkdir(parents=True, exist_ok=True)
+                _write_rendered(target, f.content, int(f.mode, 8))
+            common.say(f"{name}: wrote {len(host_files)} file(s) to {out / name}")
         elif not json:
-            for f in files:
-                typer.echo(secrets.mask_text(f"==> {name}/{f.name} <==\n{f.shown}", hidden))
+            for f in host_files:
+                typer.echo(secrets.mask_text(_shown_file(name, d, f), hidden))
+            for role, path in removed:
+                typer.echo(f"==> {name}:{path} ({role}) <==\nremoved if present (this inventory does not need it)\n")
     common.finish(common.EXIT_OK, json, {"inventory": inv.name, "hosts": payload})  # the text was printed host by host
+
+
+def _router_deployments(inventory: str, inv) -> dict:
+    """The selected router hosts: {name: (deployment, every server's variables)}. A router's workers are all the
+    inventory's servers, whatever --host selects, so they are read from the whole inventory."""
+    from hicachectl import router
+
+    if not getattr(inv, "routers", None):
+        return {}
+    whole = common.load(inventory, None)
+    servers = {name: {**variables, **{k: v for k, v in (whole.connections.get(name) or {}).items() if k == "ansible_host"}}
+               for name, variables in whole.hosts.items()}
+    return {name: (router.check_router_host(name, variables)[0], servers) for name, variables in inv.routers.items()}
+
+
+def _deployment_of(deployments: dict, routers: dict) -> dict:
+    """Every selected host's deployment, servers first, in the inventory's order."""
+    return {**deployments, **{name: d for name, (d, _) in routers.items()}}
+
+
+def _in_cfg_dir(d, f) -> bool:
+    return f.role == "sglang_server" and f.path.rsplit("/", 1)[0] == d.cfg_dir.rstrip("/")
+
+
+def _out_place(host: str, d, f) -> tuple[str, str]:
+    """Where --out writes a host file: (folder below <out>, path below it). The config directory's files go to
+    <out>/<host>/<file>, as they always did; every other file to <out>/<host>.rootfs/<its path>, so <out>/<host>
+    stays the config directory alone."""
+    if _in_cfg_dir(d, f):
+        return host, f.path.rsplit("/", 1)[1]
+    return f"{host}.rootfs", f.path.lstrip("/")
+
+
+def _shown_file(host: str, d, f) -> str:
+    """One file as render prints it. The NIC program is the collection's own file, the same on every host: its
+    digest stands for its 241 lines (--json holds the text)."""
+    from hicachectl import render as rendering
+
+    if _in_cfg_dir(d, f):
+        return f"==> {host}/{f.path.rsplit('/', 1)[1]} <==\n{f.shown}"
+    head = f"==> {host}:{f.path} ({f.role}, mode {f.mode}{', ' + f.part if f.part else ''}) <=="
+    if f.role == "nic_tuning" and f.content == rendering.nic_program_text():
+        return f"{head}\nthe collection's NIC program, {len(f.content.splitlines())} lines, sha256 {f.sha256[:16]} (render --json holds its text)\n"
+    return f"{head}\n{f.shown}"
 
 
 def _write_rendered(path: pathlib.Path, content: str, mode: int) -> None:
@@ -104,20 +168,95 @@ def _clear_out(out: pathlib.Path, files: dict[str, list[str]], force: bool) -> N
 
 
 def init(profile: str = typer.Option(..., help="One of the shipped inventories: vast, netapp, adp, local."),
-         hosts: str = typer.Option(..., help="Comma-separated host names."),
+         hosts: str = typer.Option(..., help="Comma-separated server names; NAME=ADDRESS sets its ansible_host."),
+         routers: str = typer.Option("", "--routers", help="Comma-separated router hosts (group hicache_routers); NAME=ADDRESS sets its ansible_host."),
          out: pathlib.Path = typer.Option(..., help="New inventory directory.")) -> None:
-    """Start a new inventory from a profile."""
+    """Start a new inventory from a profile, and say which of its values are placeholders to fill in."""
     from hicachectl import scaffold
 
+    servers, router_names = _named(hosts), _named(routers)
+    clash = sorted(set(servers) & set(router_names))
+    if clash:
+        raise common.usage(f"--routers: {', '.join(clash)} is named in --hosts too; a host is a server or a router, not both.")
     try:
-        written = scaffold.init(profile, [h.strip() for h in hosts.split(",") if h.strip()], out)
+        written = scaffold.init(profile, list(servers), out)
     except scaffold.ScaffoldError as exc:
         common.say(f"error: {exc}")
         raise typer.Exit(common.EXIT_USAGE) from exc
+    if router_names or any(servers.values()):
+        _place_hosts(out / "hosts.yml", servers, router_names)
+    _own_namespace(out)
     for path in written:
         typer.echo(f"wrote {path}")
+    for line in _fill_in(out):
+        typer.echo(line)
     name = out.name if out.resolve().parent == pathlib.Path.cwd().resolve() / "inventories" else str(out)
     typer.echo(f"next: edit {out}/group_vars/all.yml, then `hicachectl validate -i {name}`.")
+
+
+def _named(text: str) -> dict[str, str | None]:
+    """"a,b=10.0.0.2" -> {"a": None, "b": "10.0.0.2"}: host names, each with its ansible_host when given."""
+    out: dict[str, str | None] = {}
+    for word in (w.strip() for w in text.split(",")):
+        if word:
+            name, _, address = word.partition("=")
+            out[name.strip()] = address.strip() or None
+    return out
+
+
+def _place_hosts(hosts_file: pathlib.Path, servers: dict, routers: dict) -> None:
+    """The routers (group hicache_routers) and each host's ansible_host, added to the hosts.yml init wrote; its
+    header comment is kept."""
+    import yaml
+
+    from hicachectl import scaffold
+
+    text = hosts_file.read_text()
+    header = "".join(line + "\n" for line in text.splitlines() if line.startswith(("---", "#")))
+    inventory = yaml.safe_load(text)
+    children = inventory["all"]["children"]
+    for name, address in servers.items():
+        if address:
+            children["hicache_servers"]["hosts"][name] = {**(children["hicache_servers"]["hosts"][name] or {}), "ansible_host": address}
+    if routers:
+        bad = [h for h in routers if not scaffold._HOST_NAME.match(h)]
+        if bad:
+            raise common.usage(f"--routers: not a host name: {', '.join(map(repr, bad))}.")
+        children["hicache_routers"] = {"hosts": {h: ({"ansible_host": a} if a else None) for h, a in routers.items()}}
+    hosts_file.write_text(header + yaml.safe_dump(inventory, sort_keys=False))
+
+
+# The shipped profiles keep the L3 namespace off only to reproduce their documents' directory layout flag for flag
+# (tests/test_seeds.py), and validate warns about it (l3-namespace-off). A new inventory reproduces nothing: it
+# starts with the catalogue's default, auto.
+_NAMESPACE_OFF = 'hicache_l3_namespace: "off"'
+
+
+def _own_namespace(out: pathlib.Path) -> None:
+    for path in sorted((out / "group_vars").rglob("*.yml")):
+        lines = path.read_text().splitlines(keepends=True)
+        if not any(line.strip() == _NAMESPACE_OFF for line in lines):
+            continue
+        kept = [line for line in lines if line.strip() != _NAMESPACE_OFF and not
+                (line.startswith("#") and "namespace" in line.lower() and "warns" in line.lower())]
+        kept.append("# Each server's pages in a directory derived from its page format (`hicachectl validate` names it); the\n"
+                    "# profile's document wrote into the tier itself (off).\nhicache_l3_namespace: auto\n")
+        path.write_text("".join(kept))
+
+
+def _fill_in(out: pathlib.Path) -> list[str]:
+    """What the new inventory still holds of the profile's placeholders (documentation addresses and names)."""
+    import yaml
+
+    from hicachectl.rules.variables import placeholders
+
+    lines = []
+    for path in sorted((out / "group_vars").rglob("*.yml")):
+        for name, value in (yaml.safe_load(path.read_text()) or {}).items():
+            found = placeholders(str(value)) if isinstance(value, (str, list)) else []
+            if found:
+                lines.append(f"fill in: {name} in {path} ({', '.join(found)} is a documentation placeholder)")
+    return lines
 
 
 @common.with_vault
@@ -168,9 +307,15 @@ def monitoring(inventory: str = common.InventoryOpt,
                force: bool = typer.Option(False, "--force", help="Replace files already there.")) -> None:
     """Prometheus scrape targets (file_sd), alert rules and a Grafana dashboard for the inventory's servers. Touches no host."""
     from hicachectl import monitoring as monitor
+    from hicachectl import router
 
     inv, deployments = common.guard(inventory, None, common.NOTHING_RENDERED)
-    rendered = monitor.render(inv.path.name, deployments, getattr(inv, "connections", None) or {})
+    connections = getattr(inv, "connections", None) or {}
+    routers, router_notes = {}, []
+    for name, variables in (getattr(inv, "routers", None) or {}).items():
+        routers[name], notes = monitor.router_address(router.check_router_host(name, variables)[0], connections.get(name) or {})
+        router_notes += notes
+    rendered = monitor.render(inv.path.name, deployments, connections, routers)
     folders: dict[str, list[str]] = {}
     for relative in rendered.files:
         folder, _, name = relative.rpartition("/")
@@ -179,7 +324,7 @@ def monitoring(inventory: str = common.InventoryOpt,
     for relative, content in rendered.files.items():
         (out / relative).parent.mkdir(parents=True, exist_ok=True)
         _write_rendered(out / relative, content, 0o644)
-    for note in rendered.notes:
+    for note in [*rendered.notes, *router_notes]:
         common.say(f"note: {note}")
     typer.echo(f"wrote {', '.join(rendered.files)} to {out}: {len(rendered.targets)} target(s); "
                f"load {out / monitor.DASHBOARD_FILE} into Grafana.")

@@ -4,6 +4,8 @@
   prometheus.yml                 a working Prometheus config: the scrape job reading the targets, the rules
   targets/sglang.json            file_sd targets, one per server (host:port), labelled inventory, inventory_host,
                                  served_model, hicache_write_policy
+  targets/router.json            with routers (group hicache_routers): one per router, at its --prometheus-port, job
+                                 hicache-router
   rules/hicache-alerts.yml       alert rules (server down, L3 backups dropped or stalled, prefetch deadlines and
                                  unfulfilled prefetches, storage hit share collapsing)
   grafana/hicache-dashboard.json a Grafana dashboard (fleet row and per-server row; variables datasource, instance)
@@ -27,7 +29,7 @@ from typing import Any
 import yaml
 
 SERVER_JOB = "hicache-sglang"
-ROUTER_JOB = "hicache-router"  # hook: no hicache_routers group exists yet (router_targets returns none)
+ROUTER_JOB = "hicache-router"  # the hosts of group hicache_routers (their smg_* metrics)
 TARGETS_FILE = "targets/sglang.json"
 ROUTER_TARGETS_FILE = "targets/router.json"
 RULES_FILE = "rules/hicache-alerts.yml"
@@ -118,9 +120,23 @@ def server_target(inventory_name: str, d: Any, connection: Mapping[str, Any]) ->
     return Target(_hostport(host, d.effective_port), labels), notes
 
 
+def router_address(d: Any, connection: Mapping[str, Any]) -> tuple[tuple[str, int], list[str]]:
+    """Where Prometheus scrapes one router (a host of group hicache_routers): its --prometheus-host when that is a
+    specific address, else the address Ansible reaches the host at; its --prometheus-port (hicachectl/router.py
+    launch_argv: the router binds its metrics to hicache_router_host)."""
+    bind = str(d.router_host or "0.0.0.0")
+    reached = str(connection.get("ansible_host") or d.inventory_host)
+    host = reached if bind in _WILDCARD or bind in _LOOPBACK or bind == "localhost" else bind
+    notes = []
+    if (bind in _LOOPBACK or bind == "localhost") and not _is_local(d.inventory_host, connection):
+        notes.append(f"{d.inventory_host}: the router listens on {bind} only (hicache_router_host): a Prometheus on another machine "
+                     f"cannot scrape {_hostport(reached, d.router_prometheus_port)}; set hicache_router_host to 0.0.0.0 or the host's address.")
+    return (host, int(d.router_prometheus_port)), notes
+
+
 def router_targets(inventory_name: str, routers: Mapping[str, tuple[str, int]] | None = None) -> list[Target]:
-    """Hook for routers (a `hicache_routers` group does not exist yet): name -> (address, port) gives targets of
-    job hicache-router, written to targets/router.json and scraped by their own job."""
+    """The routers: name -> (address, port) gives targets of job hicache-router, written to targets/router.json and
+    scraped by their own job."""
     return [Target(_hostport(addr, port), {"inventory": inventory_name, "inventory_host": name}, ROUTER_JOB)
             for name, (addr, port) in sorted((routers or {}).items())]
 

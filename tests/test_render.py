@@ -54,6 +54,9 @@ def test_render_writes_each_hosts_files(tmp_path):
     cli("render", "--inventory", "netapp", "--out", str(tmp_path), check_rc=0)
     host = tmp_path / "gpu-01"
     assert sorted(p.name for p in host.iterdir()) == ["installed.json", "nixl_backend_config.toml", "run.sh", "serve.sh", "sglang-hicache.service", "start.sh"]
+    rootfs = tmp_path / "gpu-01.rootfs"  # every other file the host receives, at its path
+    assert (rootfs / "etc/fstab").read_text().startswith("# BEGIN hicache-deploy L3 tier\n")
+    assert os.access(rootfs / "usr/local/sbin/hicache-nic-tuning", os.X_OK)
     assert os.access(host / "start.sh", os.X_OK) and not os.access(host / "nixl_backend_config.toml", os.X_OK)
     assert tomllib.loads((host / "nixl_backend_config.toml").read_text()) == {"plugin": {"gds_mt": {"thread_count": 32, "active": True}}}
     subprocess.run(["bash", "-n", str(host / "start.sh")], check=True)
@@ -96,3 +99,135 @@ def test_cli_start_imports_no_ansible():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert out.strip() == "[]"
     assert cli("--help").returncode == 0
+
+
+def _with_router(tmp_path, profile_vars: dict):
+    """Two servers (127.0.0.1, 127.0.0.2) and router-01 (127.0.0.3) in group hicache_routers."""
+    import yaml
+
+    (tmp_path / "group_vars").mkdir(parents=True)
+    servers = {"gpu-a": {"ansible_host": "127.0.0.1", "hicache_port": 30001}, "gpu-b": {"ansible_host": "127.0.0.2"}}
+    hosts = {"all": {"children": {"hicache_servers": {"hosts": servers},
+                                  "hicache_routers": {"hosts": {"router-01": {"ansible_host": "127.0.0.3"}}}}}}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    (tmp_path / "group_vars/all.yml").write_text(yaml.safe_dump(profile_vars))
+    return tmp_path
+
+
+def _profile_vars(name: str) -> dict:
+    import yaml
+
+    return yaml.safe_load((ROOT / "inventories" / name / "group_vars" / "all.yml").read_text())
+
+
+def test_render_shows_every_file_of_a_server_host():
+    report = cli_json("render", "--inventory", "vast", "--host", "b200-02")
+    files = {f["path"]: f for f in report["hosts"]["b200-02"]["host_files"]}
+    cfg = "/root/vastdata/cfg"
+    assert {"/usr/local/sbin/hicache-nic-tuning", "/etc/hicache/nic-tuning.json", "/etc/systemd/system/hicache-nic-tuning.service",
+            "/etc/fstab", "/etc/nfs.conf.d/hicache-readahead.conf", "/etc/sysctl.d/90-hicache-storage.conf",
+            "/etc/security/limits.d/90-hicache-memlock.conf", "/etc/systemd/system/docker.service.d/90-hicache-memlock.conf",
+            "/etc/systemd/system/sglang-hicache.service",
+            *(f"{cfg}/{n}" for n in ("start.sh", "run.sh", "serve.sh", "sglang-hicache.service", "installed.json"))} <= set(files)
+    assert "rp_filter = 0\n" in files["/etc/sysctl.d/90-hicache-storage.conf"]["content"]
+    fstab = files["/etc/fstab"]["content"].splitlines()
+    assert fstab[0] == "# BEGIN hicache-deploy L3 tier" and fstab[-1] == "# END hicache-deploy L3 tier" and " nfs vers=3,proto=rdma" in fstab[1]
+    # as the role's lookup('ansible.builtin.file') reads it (trailing whitespace stripped), then its task's newline
+    assert files["/usr/local/sbin/hicache-nic-tuning"]["content"] == (ROOT / "roles/nic_tuning/files/hicache-nic-tuning").read_text().rstrip() + "\n"
+    assert files["/usr/local/sbin/hicache-nic-tuning"]["mode"] == "0755" and files[f"{cfg}/start.sh"]["role"] == "sglang_server"
+
+
+def test_render_of_a_local_tier_has_no_nfs_files():
+    report = cli_json("render", "--inventory", "local")
+    (host,) = report["hosts"].values()
+    paths = {f["path"] for f in host["host_files"]}
+    assert "/etc/nfs.conf.d/hicache-readahead.conf" not in paths and "/etc/security/limits.d/90-hicache-memlock.conf" in paths
+
+
+def test_render_text_names_the_nic_program_by_digest_not_its_lines():
+    text = cli("render", "--inventory", "vast", "--host", "b200-02", check_rc=0).stdout
+    program = (ROOT / "roles/nic_tuning/files/hicache-nic-tuning").read_text()
+    assert "==> b200-02:/etc/fstab (storage" in text and "==> b200-02:/etc/modprobe.d/hicache-sunrpc.conf" in text
+    assert "the collection's NIC program" in text and program.splitlines()[5] not in text
+
+
+def test_render_a_router_host_shows_its_workers_and_unit(tmp_path):
+    inventory = _with_router(tmp_path / "inv", {**_profile_vars("local"), "hicache_host": "0.0.0.0"})
+    proc = cli("render", "-i", str(inventory), "--host", "router-01", check_rc=0)
+    assert "==> router-01:/opt/sglang-router/workers.env (router" in proc.stdout, proc.stdout + proc.stderr
+    report = cli_json("render", "-i", str(inventory), "--host", "router-01")
+    router = report["hosts"]["router-01"]
+    files = {f["path"]: f["content"] for f in router["host_files"]}
+    assert router["role"] == "router" and set(files) == {"/opt/sglang-router/workers.env", "/etc/systemd/system/sglang-router.service"}
+    # the router's workers are every server of the inventory, though --host selected the router alone
+    assert files["/opt/sglang-router/workers.env"].splitlines()[-1] == \
+        "HICACHE_ROUTER_WORKER_URLS=http://127.0.0.1:30001 http://127.0.0.2:30000"
+    from hicachectl import router as routing
+
+    # the role's own template (roles/router/templates/sglang-router.service.j2), filled with the role's plan
+    unit = files["/etc/systemd/system/sglang-router.service"]
+    assert f"\nExecStart={routing.exec_start(routing.check_router_host('router-01', {})[0])}\n" in unit
+    assert "\nEnvironmentFile=/opt/sglang-router/workers.env\n" in unit and "{{" not in unit
+    everyone = cli_json("render", "-i", str(inventory))
+    assert sorted(everyone["hosts"]) == ["gpu-a", "gpu-b", "router-01"]
+
+
+def _role_write_paths(facts: dict) -> set[str]:
+    """The destination of every file-writing task of the roles (hicache.deploy.hicache_files' files, blockinfile,
+    copy/template with a dest), templated with the roles' plans as they hold them."""
+    import jinja2
+    import yaml
+    from jinja2.nativetypes import NativeEnvironment
+
+    env = jinja2.Environment(undefined=jinja2.ChainableUndefined)
+    native = NativeEnvironment(undefined=jinja2.ChainableUndefined)  # "{{ plan.files }}": the list itself
+    found = set()
+    for path in sorted((ROOT / "roles").glob("*/tasks/*.yml")):
+        stack = list(yaml.safe_load(path.read_text()) or [])
+        while stack:
+            task = stack.pop()
+            if not isinstance(task, dict):
+                continue
+            for key in ("block", "rescue", "always"):
+                stack.extend(task.get(key) or [])
+            for module, args in task.items():
+                if not isinstance(args, dict):
+                    continue
+                dests = []
+                if module == "hicache.deploy.hicache_files" and args.get("files"):
+                    listed = args["files"] if isinstance(args["files"], list) else native.from_string(args["files"]).render(**facts)
+                    dests = [f["path"] for f in listed or []]
+                elif module == "ansible.builtin.blockinfile":
+                    dests = [args["path"]]
+                elif module in ("ansible.builtin.copy", "ansible.builtin.template") and not args.get("remote_src") and "dest" in args:
+                    dests = [args["dest"]]
+                for dest in dests:
+                    found.add((path.relative_to(ROOT).as_posix(), env.from_string(dest).render(**facts)))
+    return found
+
+
+def test_render_lists_every_file_the_roles_write(tmp_path):
+    """Each path a role's task writes, templated with that role's own plan, is a file render shows. (Those written only
+    as copies of rendered files: the rollback copy, deployed.json, the wheelhouse, the uring marker, are not config.)"""
+    from hicachectl import plans, render, router
+
+    inventory = _with_router(tmp_path / "inv", _profile_vars("vast"))
+    report = cli_json("render", "-i", str(inventory))
+    shown = {h: {f["path"] for f in entry["host_files"]} for h, entry in report["hosts"].items()}
+    d = deployment("vast")
+    rd = router.check_router_host("router-01", {})[0]
+    facts = {"__hicache_nic": plans.as_fact(plans.nic_plan(d)), "__hicache_storage": plans.as_fact(plans.storage_plan(d, {})),
+             "__hicache_limits": plans.as_fact(plans.limits_plan(d)), "__hicache_server_rendered": plans.as_fact(plans.server_plan(d)),
+             "__hicache_server_fallback": plans.as_fact(plans.server_plan(d, uring_fallback=True)),
+             "__hicache_router": router.plan(rd, {}, [])}
+    not_config = {"roles/sglang_server/tasks/service.yml": {"/etc/hicache/nixl-uring-unavailable"},
+                  "roles/router/tasks/main.yml": {"None/"}}  # the wheelhouse copy (none here: no hicache_router_wheelhouse)
+    written = {dest for task_file, dest in _role_write_paths(facts) if dest not in not_config.get(task_file, set())}
+    assert "/etc/fstab" in written and "/etc/nfs.conf.d/hicache-readahead.conf" in written  # the templated lists were read
+    # the config directory's files are written in a loop over the plan's files (dest: <cfg_dir>/{{ item.name }})
+    looped = {w for w in written if w.startswith(f"{d.cfg_dir}/") and w.endswith("/")}
+    assert looped == {f"{d.cfg_dir}/"}, looped
+    everything = set().union(*shown.values())
+    assert {f"{d.cfg_dir}/{f.name}" for f in render.files(d)} <= everything
+    missing = written - looped - everything
+    assert len(written) >= 12 and not missing, missing

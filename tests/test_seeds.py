@@ -16,10 +16,38 @@ from __future__ import annotations
 import json
 import tomllib
 
+import pytest
 import seeds
 from helpers import SEED_EXACT, deployment, rendered
+from support import SHARED
 
 from hicachectl import namespace
+
+
+def missing_source_documents(shared) -> str | None:
+    """What to say when the source documents are not where these tests read them: the path each must have."""
+    missing = [shared / "seeds" / name for name in seeds.SEED_FILES.values() if not (shared / "seeds" / name).is_file()]
+    if not missing:
+        return None
+    return (f"the profiles' source documents are missing: {', '.join(str(p) for p in missing)}. They live in ../shared/seeds "
+            f"beside the checkout ({shared.resolve() / 'seeds'}); put the four documents there to run these tests.")
+
+
+@pytest.fixture(scope="module")
+def shared():
+    """The directory beside the checkout holding seeds/ (overrides conftest's, to name each missing document)."""
+    problem = missing_source_documents(SHARED)
+    assert problem is None, problem
+    return SHARED
+
+
+def test_a_missing_source_document_is_named_with_where_it_belongs(tmp_path):
+    (tmp_path / "seeds").mkdir()
+    (tmp_path / "seeds" / seeds.SEED_FILES["vast"]).write_text("x")
+    said = missing_source_documents(tmp_path)
+    assert said is not None and "../shared/seeds" in said and seeds.SEED_FILES["netapp"] in said and seeds.SEED_FILES["vast"] not in said
+    assert missing_source_documents(SHARED) is None  # this checkout has them
+
 
 OBSERVABILITY = [("--enable-cache-report", None), ("--enable-metrics", None)]
 

@@ -133,3 +133,33 @@ def test_init_validate_render_plan_from_a_fresh_directory(installed, tmp_path):
     plan = cli("plan", "-i", "prod")
     assert "localhost: would change: Install start.sh, run.sh, serve.sh and the backend config [start.sh]" in plan.stdout, plan.stdout
     assert not base.exists()
+
+
+def _collection_install_lines() -> list[str]:
+    """The collection install of docs/collection.md, line by line, exactly as written there."""
+    text = (ROOT / "docs/collection.md").read_text()
+    block = text.split("<!-- collection-install:start -->", 1)[1].split("<!-- collection-install:end -->", 1)[0]
+    lines = block.strip().removeprefix("```bash").removesuffix("```").strip().splitlines()
+    assert lines and all(line.strip() for line in lines), lines
+    return lines
+
+
+def test_the_documented_collection_install_works_from_the_checkout(installed, tmp_path):
+    """docs/collection.md's lines, run verbatim in a checkout that holds its own collection link (as every checkout
+    does once hicachectl or tests/run has run): the collection lands in ~/.ansible/collections, and ansible-doc in
+    an ops folder, which sees no ansible.cfg of ours, shows the role. (Without --force ansible-galaxy finds the
+    checkout's link through the checkout's ansible.cfg, says "Nothing to do" and installs nothing.)"""
+    checkout, home = tmp_path / "checkout", tmp_path / "home"
+    shutil.copytree(installed["source"], checkout, symlinks=True)
+    link = checkout / ".ansible/collections/ansible_collections/hicache/deploy"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(checkout, target_is_directory=True)
+    (home / "ops").mkdir(parents=True)
+    env = installed["env"] | {"HOME": str(home)}
+    script = "set -euo pipefail\n" + "\n".join(_collection_install_lines()) + "\n"
+    proc = _run(["bash", "-c", script], installed["timings"], "collection install (docs)", cwd=checkout, env=env)
+    installed_root = home / ".ansible/collections/ansible_collections/hicache/deploy"
+    assert (installed_root / "MANIFEST.json").is_file() and not installed_root.is_symlink(), proc.stdout + proc.stderr
+    assert "Nothing to do" not in proc.stdout + proc.stderr
+    assert "ROLE: hicache.deploy.storage" in proc.stdout.replace("\x1b[1m", "").replace("\x1b[0m", "") and "hicache_storage_fstype" in proc.stdout
+    assert str(installed_root) in proc.stdout  # the installed copy, not the checkout

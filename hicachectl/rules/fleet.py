@@ -29,7 +29,7 @@ def check_fleet(hosts: Mapping[str, Mapping[str, Any]], connections: Mapping[str
         connection = {k: v for k, v in variables.items() if k.startswith("ansible_")}
         connection.update((connections or {}).get(host) or {})
         machines.setdefault(_machine(host, connection), []).append(host)
-    findings = []
+    findings = _documentation_hosts(hosts, connections)
     for (address, port), names in machines.items():
         if len(names) < 2:
             continue
@@ -40,6 +40,26 @@ def check_fleet(hosts: Mapping[str, Mapping[str, Any]], connections: Mapping[str
                 f"{len(names)} hosts ({compact_hosts(names)}) are all reached at {where}: one machine, which would get the same unit, "
                 "container, server port and deploy lock twice.",
                 f"give each of {compact_hosts(names)} its own ansible_host (or ansible_port), or keep only one of them."))
+    return findings
+
+
+def _documentation_hosts(hosts: Mapping[str, Mapping[str, Any]], connections: Mapping[str, Mapping[str, Any]] | None) -> list[Finding]:
+    """A host Ansible would reach at an address reserved for documentation (the profiles' 192.0.2.x, 2001:db8::,
+    *.example.com): no machine answers there; the inventory still holds a placeholder. Refused, before any contact."""
+    from hicachectl.rules.variables import documentation_address
+
+    findings = []
+    for host, variables in hosts.items():
+        connection = {k: v for k, v in variables.items() if k.startswith("ansible_")}
+        connection.update((connections or {}).get(host) or {})
+        if str(connection.get("ansible_connection") or "") == "local":
+            continue
+        address = connection.get("ansible_host") or host
+        if documentation_address(address):
+            findings.append(Finding(
+                ERROR, host, "ansible_host", "documentation-address",
+                f"{address} is an address reserved for documentation (RFC 5737/3849/2606): no machine answers it, nothing can be deployed there.",
+                f"set ansible_host of {host} to the machine's real address (or name the host by its real DNS name)."))
     return findings
 
 
@@ -80,9 +100,13 @@ def check_shared_tiers(deployments: Mapping[str, Any]) -> list[Finding]:
     return findings
 
 
-def check_routed(deployments: Mapping[str, Any], routers: Iterable[str]) -> list[Finding]:
+def check_routed(deployments: Mapping[str, Any], routers: Iterable[str] | Mapping[str, Mapping[str, Any]],
+                 connections: Mapping[str, Mapping[str, Any]] | None = None) -> list[Finding]:
     """With routers in the inventory, every restart drains the server first, reading its running and queued requests
-    on /metrics: a server without metrics could only be restarted blind (requests cut), so it is refused here."""
+    on /metrics: a server without metrics could only be restarted blind (requests cut), so it is refused here.
+    With the routers' variables (a mapping) and how each host is reached (`connections`), a router and a server
+    on one machine and one port are refused too (check_router_clash)."""
+    clashes = check_router_clash(deployments, routers, connections) if isinstance(routers, Mapping) else []
     routers = list(routers)
     if not routers:
         return []
@@ -97,4 +121,46 @@ def check_routed(deployments: Mapping[str, Any], routers: Iterable[str]) -> list
                          "set hicache_host: 0.0.0.0 (or an address the routers reach), or hicache_worker_url for a router on the same machine.")
                  for host, d in deployments.items()
                  if d is not None and d.worker_url is None and d.effective_host in ("127.0.0.1", "localhost", "::1")]
+    return findings + clashes
+
+
+# The router's ports when its host does not set them: hicache_router_port and hicache_router_prometheus_port's
+# defaults in the catalogue (hicachectl/schema.py).
+def _router_ports(variables: Mapping[str, Any]) -> dict[int, str]:
+    from hicachectl import schema
+
+    defaults = {v.name: v.default for v in schema.VARIABLES if v.name in ("hicache_router_port", "hicache_router_prometheus_port")}
+    ports: dict[int, str] = {}
+    for name in ("hicache_router_port", "hicache_router_prometheus_port"):
+        value = variables.get(name, defaults.get(name))
+        try:
+            ports.setdefault(int(value), name)
+        except (TypeError, ValueError):
+            continue  # a bad port is the variable rules' finding
+    return ports
+
+
+def check_router_clash(deployments: Mapping[str, Any], routers: Mapping[str, Mapping[str, Any]],
+                       connections: Mapping[str, Mapping[str, Any]] | None = None) -> list[Finding]:
+    """A router host and a server host that Ansible reaches at one machine (the same address, or both local) cannot
+    both listen on one port: the second to start fails to bind (sglang-router's --port/--prometheus-port, SGLang's
+    --port). Refused on the router host, naming the server."""
+    def machine(host: str, variables: Mapping[str, Any]) -> str:
+        connection = {k: v for k, v in variables.items() if k.startswith("ansible_")}
+        connection.update((connections or {}).get(host) or {})
+        return _machine(host, connection)[0]  # the SSH port is how Ansible gets in, not what the services bind
+
+    servers: dict[str, list[tuple[str, int]]] = {}
+    for host, d in deployments.items():
+        if d is not None:
+            servers.setdefault(machine(host, {}), []).append((host, int(d.effective_port)))
+    findings = []
+    for router_host, variables in routers.items():
+        ports = _router_ports(variables or {})
+        for server, port in servers.get(machine(router_host, variables or {}), []):
+            if port in ports:
+                findings.append(Finding(
+                    ERROR, router_host, ports[port], "router-server-port",
+                    f"is {port}, the port the server {server} on the same machine listens on: whichever starts second cannot bind it.",
+                    f"give the router another {ports[port]} (or the server another hicache_port), or put them on different machines."))
     return findings

@@ -4,6 +4,8 @@ pasted and control characters, the required ones set."""
 from __future__ import annotations
 
 import difflib
+import ipaddress
+import re
 import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -49,6 +51,33 @@ def _control_characters(out, path: str, text: str) -> None:
                   "env file, script, fstab, sysctl.d, modprobe.d, nfs.conf, limits.conf), where it would end a line and start one of "
                   "its own, or hide what the value is.",
                   "write the value on one line, without control or invisible characters.")
+
+
+# Addresses and names reserved for documentation, which the shipped profiles use where the user's own belong:
+# IPv4 TEST-NET-1/2/3 (RFC 5737), IPv6 2001:db8::/32 (RFC 3849), the .example/.test/.invalid names and
+# example.com/.net/.org (RFC 2606). No real host answers them.
+DOCUMENTATION_NETWORKS = tuple(ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32"))
+_IPV4 = re.compile(r"(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?![\w.])")
+_IPV6 = re.compile(r"(?<![\w:])2001:0?db8:[0-9A-Fa-f:]*", re.IGNORECASE)
+_DOC_NAME = re.compile(r"(?<![\w.-])(?:[A-Za-z0-9-]+\.)*(?:example\.(?:com|net|org)|[A-Za-z0-9-]+\.(?:example|test|invalid))(?![\w-])",
+                       re.IGNORECASE)
+
+
+def documentation_address(address: Any) -> bool:
+    """`address` is one IP address of a documentation range (RFC 5737, RFC 3849) or a reserved name (RFC 2606)."""
+    text = str(address or "").strip().strip("[]").rstrip(".")
+    try:
+        return any(ipaddress.ip_address(text) in net for net in DOCUMENTATION_NETWORKS)
+    except ValueError:
+        return bool(_DOC_NAME.fullmatch(text))
+
+
+def placeholders(text: str) -> list[str]:
+    """The documentation addresses and reserved names in a value (a server, a port range, a URL), each once."""
+    found = [m.group(0) for m in _DOC_NAME.finditer(text)]
+    for pattern in (_IPV4, _IPV6):
+        found += [m.group(0) for m in pattern.finditer(text) if documentation_address(m.group(0).rstrip(":"))]
+    return list(dict.fromkeys(found))
 
 
 def _shown(value: Any, secret: bool) -> str:
@@ -156,6 +185,12 @@ def check_variables(host: str, raw: Mapping[str, Any], scope: set[str] | None = 
                               f"contains {what}, usually copied from a web page; shells and parsers do not treat it as the character it looks like.",
                               "retype the value with plain ASCII spaces, dashes and quotes.")
             _control_characters(out, path, text)
+            found = [] if getattr(var, "secret", False) else placeholders(text)
+            if found:
+                out.warn(path, "placeholder",
+                         f"holds {', '.join(found)}: reserved for documentation (RFC 5737/3849/2606), a placeholder of the shipped profile "
+                         "where your own value belongs; no real host answers it, so the deploy would fail there.",
+                         f"write your own value for {path}.")
         if var.domain is not None and not has_errors(out.findings[before:]):
             _check_domain(out, name, var.domain, value, getattr(var, "secret", False))
     for var in schema.VARIABLES:

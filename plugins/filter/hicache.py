@@ -66,9 +66,11 @@ def hicache_fleet_findings(all_hostvars, hosts):
     reach = ("ansible_connection", "ansible_host", "ansible_port")  # how Ansible reaches each host: one machine twice
     connections = {host: plain({k: all_hostvars[host][k] for k in reach if k in all_hostvars[host]}) for host in hosts}
     deployments = {host: rules.check_host(host, _hicache_vars(all_hostvars[host]))[0] for host in hosts}
-    routers = [host for host in all_hostvars if _is_router(all_hostvars[host])]  # the inventory's, whatever the play
+    # The inventory's routers, whatever the play, with their variables (a router and a server on one machine and port).
+    routers = {host: plain(_hicache_vars(all_hostvars[host])) for host in all_hostvars if _is_router(all_hostvars[host])}
+    router_reach = {host: plain({k: all_hostvars[host][k] for k in reach if k in all_hostvars[host]}) for host in routers}
     fleet = (rules.check_fleet(dict.fromkeys(hosts, {}), connections) + rules.check_shared_tiers(deployments)
-             + rules.check_routed(deployments, routers))
+             + rules.check_routed(deployments, routers, {**connections, **router_reach}))
     return findings + [dict(f.as_dict(), text=f.format()) for f in fleet]
 
 
@@ -149,17 +151,41 @@ def hicache_model(variables, host, facts=None):
     return plans.as_fact(plans.model_plan(_deployment(variables, host, role="model"), _plain_or_none(facts)))
 
 
-def hicache_mount_state(mountinfo_text, plan):
-    """The live mount at the plan's mount point: problems ([] = as wanted) and its read-ahead file."""
+def hicache_mount_state(mountinfo_text, plan, vastnfs_version=None, mountstats_text=None, rpc_clnt_stats_text=None):
+    """The live mount at the plan's mount point: problems ([] = as wanted), what could not be checked and why
+    (`not_checked`), what was proven (`passed`), and its read-ahead file.
+
+    `vastnfs_version`: the loaded VAST driver's nfs_bundle_version (its own options show in mountinfo from 4.0.30 on);
+    `mountstats_text` (/proc/self/mountstats): pNFS in use on an NFSv4.1 mount, and the vastnfs sunrpc-id whose debugfs
+    stats (`rpc_clnt_stats_path`) list each multipath transport; `rpc_clnt_stats_text`: that file, read."""
     _core()
     mount = plan.get("mount")
+    empty = {"mounted": False, "problems": [], "not_checked": [], "passed": [], "read_ahead_path": None, "rpc_clnt_stats_path": None}
     if not mount:
-        return {"mounted": False, "problems": [], "read_ahead_path": None}
+        return empty
     entry = hoststate.mount_at(hoststate.parse_mountinfo(mountinfo_text), mount["point"])
-    problems = hoststate.compare_mount(entry, tuple(mount["options"].split(",")), mount["source"], mount["fstype"],
-                                       mount.get("resolved_source"))
-    return {"mounted": entry is not None, "problems": problems,
-            "read_ahead_path": hoststate.bdi_read_ahead_path(entry) if entry is not None else None}
+    options = tuple(mount["options"].split(","))
+    problems = hoststate.compare_mount(entry, options, mount["source"], mount["fstype"], mount.get("resolved_source"))
+    vast_problems, not_checked = hoststate.vastnfs_option_checks(entry, options, vastnfs_version)
+    problems, passed, stats_path = problems + vast_problems, [], None
+    if entry is not None and mountstats_text is not None:
+        stats = hoststate.mountstats_at(hoststate.parse_mountstats(mountstats_text), mount["point"])
+        more = hoststate.pnfs_checks(stats, options)
+        if any(o.startswith("remoteports=") for o in options):
+            if stats is None or not stats.sunrpc_id:
+                more = (more[0], more[1] + ["multipath paths: /proc/self/mountstats shows no sunrpc-id (the VAST driver shows it with "
+                                            "/sys/module/sunrpc/parameters/expose_id_in_mountstats set to 1)"], more[2])
+            else:
+                stats_path = hoststate.rpc_clnt_stats_path(stats.sunrpc_id)
+                if rpc_clnt_stats_text is None:
+                    more = (more[0], more[1] + [f"multipath paths: {stats_path} was not read (debugfs not mounted, or not root)"], more[2])
+                else:
+                    paths = hoststate.multipath_checks(hoststate.parse_rpc_clnt_stats(rpc_clnt_stats_text), options)
+                    more = (more[0] + paths[0], more[1] + paths[1], more[2] + paths[2])
+        problems, not_checked, passed = problems + more[0], not_checked + more[1], passed + more[2]
+    return {"mounted": entry is not None, "problems": problems, "not_checked": not_checked, "passed": passed,
+            "read_ahead_path": hoststate.bdi_read_ahead_path(entry) if entry is not None else None,
+            "rpc_clnt_stats_path": stats_path}
 
 
 def _verify_writer(host, deployment, all_hostvars, play_hosts):

@@ -1,0 +1,107 @@
+"""Inputs that must not pass quietly (issue 24, item 6): documentation placeholders, a router and a server on one
+port of one machine, and what `init` says and writes."""
+
+from __future__ import annotations
+
+import yaml
+from helpers import deployment
+from support import ROOT, cli, cli_json
+
+from hicachectl import rules
+from hicachectl.rules import fleet, variables
+
+
+def _inventory(tmp, hosts: dict, group_vars: dict, routers: dict | None = None):
+    tmp.mkdir(parents=True)
+    children = {"hicache_servers": {"hosts": hosts}}
+    if routers:
+        children["hicache_routers"] = {"hosts": routers}
+    (tmp / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": children}}))
+    (tmp / "group_vars").mkdir()
+    (tmp / "group_vars/all.yml").write_text(yaml.safe_dump(group_vars))
+    return tmp
+
+
+def _local_vars() -> dict:
+    return yaml.safe_load((ROOT / "inventories/local/group_vars/all.yml").read_text())
+
+
+def test_documentation_addresses_and_names_are_recognised():
+    for doc in ("192.0.2.1", "198.51.100.7", "203.0.113.250", "2001:db8::1", "[2001:db8::5]", "vast-vip.example.com",
+                "filer.example", "a.test", "x.invalid", "example.org."):
+        assert variables.documentation_address(doc), doc
+    for real in ("10.0.0.1", "192.0.3.1", "2001:db9::1", "vast.corp.net", "examples.com", "localhost", "127.0.0.1"):
+        assert not variables.documentation_address(real), real
+    assert variables.placeholders("192.0.2.1-192.0.2.16") == ["192.0.2.1", "192.0.2.16"]
+    assert variables.placeholders("10.0.0.1-10.0.0.16") == []
+
+
+def test_the_vast_profile_says_which_values_are_placeholders():
+    report = cli_json("validate", "-i", "vast", check_rc=0)
+    named = {(f["variable"], f["host"]) for f in report["findings"] if f["rule"] == "placeholder"}
+    assert {v for v, _ in named} == {"hicache_storage_server", "hicache_storage_remoteports"}
+
+
+def test_a_real_storage_address_has_no_placeholder_warning():
+    d_findings = rules.check_host("gpu-1", {**_vast_vars(), "hicache_storage_server": "10.20.0.1",
+                                            "hicache_storage_remoteports": "10.20.0.1-10.20.0.16"})[1]
+    assert not [f for f in d_findings if f.rule == "placeholder"]
+
+
+def _vast_vars() -> dict:
+    return yaml.safe_load((ROOT / "inventories/vast/group_vars/all.yml").read_text())
+
+
+def test_validate_refuses_a_host_at_a_documentation_address(tmp_path):
+    inventory = _inventory(tmp_path / "inv", {"gpu-a": {"ansible_host": "192.0.2.10"}, "gpu-b": {"ansible_host": "10.0.0.2"}},
+                           {**_local_vars(), "hicache_host": "0.0.0.0"})
+    proc = cli("validate", "-i", str(inventory))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    line = next(x for x in proc.stderr.splitlines() if "[documentation-address]" in x)
+    assert "gpu-a" in line and "ansible_host" in line and "192.0.2.10" in line and "Fix:" in line and "gpu-b" not in line
+
+
+def test_a_router_and_a_server_on_one_port_of_one_machine_are_refused():
+    d = deployment("local", port=30080)
+    connections = {"gpu-a": {"ansible_host": "10.0.0.1"}, "router-01": {"ansible_host": "10.0.0.1"}}
+    found = fleet.check_routed({"gpu-a": d}, {"router-01": {}}, connections)
+    clash = [f for f in found if f.rule == "router-server-port"]
+    assert [(f.level, f.host, f.variable) for f in clash] == [(rules.ERROR, "router-01", "hicache_router_port")]
+    assert "gpu-a" in clash[0].message and "30080" in clash[0].message
+    # the prometheus port too, and nothing on another machine or another port
+    assert [f.variable for f in fleet.check_routed({"gpu-a": deployment("local", port=29000)}, {"router-01": {}}, connections)
+            if f.rule == "router-server-port"] == ["hicache_router_prometheus_port"]
+    apart = {**connections, "router-01": {"ansible_host": "10.0.0.9"}}
+    assert not [f for f in fleet.check_routed({"gpu-a": d}, {"router-01": {}}, apart) if f.rule == "router-server-port"]
+    assert not [f for f in fleet.check_routed({"gpu-a": d}, {"router-01": {"hicache_router_port": 30081}}, connections)
+                if f.rule == "router-server-port"]
+
+
+def test_validate_refuses_a_router_on_a_servers_machine_and_port(tmp_path):
+    """The rule above, through the CLI's one guard: the inventory's own router variables and connections."""
+    inventory = _inventory(tmp_path / "inv", {"gpu-a": {"ansible_host": "10.0.0.1"}},
+                           {**_local_vars(), "hicache_host": "0.0.0.0", "hicache_port": 30080},
+                           routers={"router-01": {"ansible_host": "10.0.0.1"}})
+    proc = cli("validate", "-i", str(inventory))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    line = next(x for x in proc.stderr.splitlines() if "[router-server-port]" in x)
+    assert "router-01" in line and "hicache_router_port" in line and "gpu-a" in line
+
+
+def test_init_names_routers_and_addresses_and_what_to_fill_in(tmp_path):
+    out = tmp_path / "prod"
+    proc = cli("init", "--profile", "vast", "--hosts", "gpu-1=10.1.0.1,gpu-2", "--routers", "rt-1=10.1.0.9", "--out", str(out), check_rc=0)
+    fill = [line for line in proc.stdout.splitlines() if line.startswith("fill in:")]
+    assert [line.split()[2] for line in fill] == ["hicache_storage_server", "hicache_storage_remoteports"], proc.stdout
+    hosts = yaml.safe_load((out / "hosts.yml").read_text())["all"]["children"]
+    assert hosts["hicache_servers"]["hosts"] == {"gpu-1": {"ansible_host": "10.1.0.1"}, "gpu-2": None}
+    assert hosts["hicache_routers"]["hosts"] == {"rt-1": {"ansible_host": "10.1.0.9"}}
+    assert (out / "hosts.yml").read_text().startswith("---\n# Made by `hicachectl init --profile vast`.")
+    report = cli_json("validate", "-i", str(out))
+    assert report["ok"] and report["hosts"] == ["gpu-1", "gpu-2"]
+    # a new inventory reproduces no document: its servers get their own L3 namespace, and no warning about it
+    assert yaml.safe_load((out / "group_vars/all.yml").read_text())["hicache_l3_namespace"] == "auto"
+    assert not [f for f in report["findings"] if f["rule"] == "l3-namespace-off"]
+    assert yaml.safe_load((ROOT / "inventories/vast/group_vars/all.yml").read_text())["hicache_l3_namespace"] == "off"  # the profile keeps it
+    both = cli("init", "--profile", "vast", "--hosts", "a", "--routers", "a", "--out", str(tmp_path / "x"))
+    assert both.returncode == 2 and "a server or a router" in both.stderr
