@@ -25,14 +25,42 @@ def limits_conf(d) -> str:
             + "".join(f"{who} {kind} memlock {value}\n" for who in ("*", "root") for kind in ("soft", "hard")))
 
 
+# With Docker a container's processes are not dockerd's children: dockerd asks containerd (containerd.service, its own
+# unit in Debian's docker.io and containerd packages) to create the container; containerd starts
+# containerd-shim-runc-v2 (containerd runtime/v2/shim), which runs runc, which starts the container's init. They
+# inherit containerd's rlimits wherever the container's own spec sets none (moby daemon/oci_linux.go puts only the
+# --ulimit values and the daemon's default-ulimits in the spec). So the memlock limit goes on both units:
+# tests/vm/test_vm_docker.py shows on a real Docker 20.10 that a container started without --ulimit memlock gets
+# containerd.service's limit, not docker.service's.
+CONTAINERD_SERVICE = "containerd.service"
+
+
 def runtime_service(d) -> str | None:
+    """The container runtime's own daemon unit (the server's unit is ordered after it)."""
     if d.limits_runtime_service:
         return d.limits_runtime_service
     return "docker.service" if d.container_runtime == "docker" else None  # podman has no daemon
 
 
+def runtime_services(d) -> tuple[str, ...]:
+    """Every unit whose memlock limit a container's processes can inherit: the runtime's daemon and, with Docker,
+    containerd.service, the parent of every container's shim."""
+    service = runtime_service(d)
+    if service is None:
+        return ()
+    if d.container_runtime == "docker" and service != CONTAINERD_SERVICE:
+        return (service, CONTAINERD_SERVICE)
+    return (service,)
+
+
 def systemd_memlock(d) -> str:
+    """LimitMEMLOCK as `systemctl show` prints it."""
     return "infinity" if d.limits_memlock == "unlimited" else str(int(d.limits_memlock) * 1024)
+
+
+def proc_memlock(d) -> str:
+    """"Max locked memory" as /proc/<pid>/limits prints it (soft and hard alike): unlimited, or bytes."""
+    return "unlimited" if d.limits_memlock == "unlimited" else str(int(d.limits_memlock) * 1024)
 
 
 def runtime_dropin(d) -> str:

@@ -34,6 +34,9 @@ class NicPlan:
     program: str
     unit: str
     unit_text: str
+    udev_rule_file: str  # re-applies the tuning when an RDMA device appears (its RDMA-CM default ToS starts at 0)
+    udev_rule_text: str
+    selection: str  # which ports the program tunes and why (it finds them on the host; its report names each)
     strict: bool
     asked: bool  # the inventory asks for NIC tuning (an NFS tier, or named interfaces)
     verdict: dict[str, Any] | None = None  # with the program's report: failures, gaps, what still differs
@@ -41,8 +44,9 @@ class NicPlan:
 
 def nic_plan(d, report: dict[str, Any] | None = None) -> NicPlan:
     asked = storage.is_nfs(d) or bool(d.nic_interfaces)
-    return NicPlan(nic.desired(d), nic.CONFIG_FILE, nic.config_text(d), nic.PROGRAM, nic.UNIT, nic.unit_text(), bool(d.strict), asked,
-                   hoststate.nic_verdict(report, asked) if report is not None else None)
+    return NicPlan(nic.desired(d), nic.CONFIG_FILE, nic.config_text(d), nic.PROGRAM, nic.UNIT, nic.unit_text(), nic.UDEV_RULE,
+                   nic.udev_rule_text(), nic.selection(d), bool(d.strict), asked,
+                   hoststate.nic_verdict(report, asked, bool(d.nic_ecn_required)) if report is not None else None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,14 +63,31 @@ class LimitsPlan:
     sysctl_conf: str | None
     sysctls: dict[str, Any]
     strict: bool
+    # Every unit a container's processes inherit memlock from (with Docker: docker.service and containerd.service,
+    # limits.runtime_services), each with its drop-in; the checks read each one's running process.
+    services: tuple[str, ...] = ()
+    proc_memlock: str = "unlimited"  # "Max locked memory" as /proc/<pid>/limits shows it
+    files: tuple[dict[str, Any], ...] = ()  # everything the role writes, in one round trip (hicache_files)
+    directories: tuple[dict[str, Any], ...] = ()
 
 
 def limits_plan(d) -> LimitsPlan:
     service = limits.runtime_service(d)
+    services = limits.runtime_services(d)
     dropin_dir = f"/etc/systemd/system/{service}.d" if service else None
+    dropin = limits.runtime_dropin(d)
+    sysctl_conf = limits.sysctl_conf(d)
+    root = {"owner": "root", "group": "root"}
+    files = [{"path": limits.LIMITS_FILE, "content": limits.limits_conf(d), "mode": "0644", **root, "label": "limits"}]
+    files += [{"path": f"/etc/systemd/system/{s}.d/{limits.DROPIN_NAME}", "content": dropin, "mode": "0644", **root, "label": f"dropin {s}"}
+              for s in services]
+    if sysctl_conf is not None:
+        files.append({"path": limits.SYSCTL_FILE, "content": sysctl_conf, "mode": "0644", **root, "label": "sysctl"})
     return LimitsPlan(limits.LIMITS_FILE, limits.limits_conf(d), service, dropin_dir,
-                      f"{dropin_dir}/{limits.DROPIN_NAME}" if service else None, limits.runtime_dropin(d), limits.systemd_memlock(d),
-                      bool(d.limits_restart_runtime), limits.SYSCTL_FILE, limits.sysctl_conf(d), dict(d.host_sysctls), bool(d.strict))
+                      f"{dropin_dir}/{limits.DROPIN_NAME}" if service else None, dropin, limits.systemd_memlock(d),
+                      bool(d.limits_restart_runtime), limits.SYSCTL_FILE, sysctl_conf, dict(d.host_sysctls), bool(d.strict),
+                      services, limits.proc_memlock(d), tuple(files),
+                      tuple({"path": f"/etc/systemd/system/{s}.d", "mode": "0755", **root} for s in services))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,21 +112,32 @@ class StoragePlan:
     strict: bool
     nfs: bool
     read_ahead_kb: int | None
-    sunrpc_slots: int | None
+    read_ahead_persistent: bool  # nfsrahead, its udev rule and udevd are there (storage.read_ahead_persistence)
+    read_ahead_not_persistent_reason: str
     nfsrahead_conf: str
-    sunrpc_conf: str
-    sysctls: dict[str, Any]
+    modules_load_conf: str | None  # rpcrdma loaded at boot, so that the persisted sunrpc.rdma_* values apply
+    sysctls: dict[str, Any]  # live and persisted (sysctl.d), set before the mount: RDMA slots, multipath rp_filter
+    sysctl_conf: str | None
+    unknown_localports: list[str]  # localports addresses no interface of this host holds
+    directories: list[dict[str, str]]  # what the role persists before the mount (hicache_files' arguments)
+    files: list[dict[str, str]]
+    absent: list[str]  # what it removes: its own files this tier does not need, and what older releases wrote
 
 
 def storage_plan(d, facts: dict[str, Any]) -> StoragePlan:
     mount = storage.mount(d)
     can_mount, why = preflight.can_mount(facts, d) if mount else (True, "")
+    nfs = storage.is_nfs(d)
+    persistent, not_persistent = storage.read_ahead_persistence(facts) if nfs else (True, "")
+    sysctls = {**storage.sunrpc_sysctls(d), **storage.rp_filter_sysctls(d, facts)}
+    directories, files, absent = storage.host_files(d, sysctls)
     return StoragePlan(
         d.cache_dir, d.cache_owner, d.cache_group, d.cache_mode,
         None if mount is None else MountPlan(mount.source, mount.point, mount.fstype, ",".join(mount.options), mount.fstab_line,
                                              storage.resolve_source(mount.source, facts.get("block_ids") or {})),
-        can_mount, why, bool(d.strict), storage.is_nfs(d), d.storage_read_ahead_kb, d.storage_sunrpc_slots,
-        storage.nfsrahead_conf(d), storage.sunrpc_modprobe_conf(d), storage.rp_filter_sysctls(d))
+        can_mount, why, bool(d.strict), nfs, d.storage_read_ahead_kb, persistent, not_persistent,
+        storage.nfsrahead_conf(d), storage.modules_load_conf(d), sysctls, storage.sysctl_conf(sysctls),
+        storage.multipath_interfaces(d, facts)[1] if d.storage_localports else [], directories, files, absent)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +172,8 @@ class RuntimePlan:
     strict: bool
     restart: bool
     missing: str  # why containers cannot get the GPUs here ('' when they can, or without facts)
+    # The runtime's units to run and enable (with Docker: containerd.service, then docker.service); () for podman.
+    units: tuple[str, ...] = ()
 
 
 def runtime_plan(d, facts: dict[str, Any] | None = None) -> RuntimePlan:
@@ -150,7 +184,8 @@ def runtime_plan(d, facts: dict[str, Any] | None = None) -> RuntimePlan:
             missing = f"{runtime} is not installed on this host"
         elif not _tool(facts, "nvidia-ctk"):
             missing = "the NVIDIA container toolkit (nvidia-ctk) is not installed, so containers cannot see the GPUs"
-    return RuntimePlan(runtime, limits.runtime_service(d), bool(d.strict), bool(d.limits_restart_runtime), missing)
+    units = tuple(reversed(limits.runtime_services(d))) if runtime == "docker" else ()
+    return RuntimePlan(runtime, limits.runtime_service(d), bool(d.strict), bool(d.limits_restart_runtime), missing, units)
 
 
 @dataclasses.dataclass(frozen=True)

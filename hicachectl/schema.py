@@ -265,6 +265,12 @@ VARIABLES: tuple[Var, ...] = (
        domain=Domain("relative file paths mapped to sha256 digests", {"config.json": "0" * 64}, "model-file",
               keys=Domain("a relative path inside the model directory (no leading /, no ..)", "config.json", "model-file", pattern=r"(?!/)(?!(?:.*/)?\.\.(?:/|$)).+"),
               items=Domain("a sha256 hex digest (64 lowercase hex digits)", "0" * 64, "model-file-digest", pattern=r"[0-9a-f]{64}"), item_types=("str",))),
+    _v("hicache_model_share", "str", None, "Name of the shared mount hicache_model_dir is on (one export mounted on every host that gives the same name, e.g. the L3 tier): "
+       "of the hosts of a run with the same name and directory, one downloads (the first by name; `plan` names it) under a lock in that directory, "
+       "the others wait for its stamp. None: each host downloads into its own hicache_model_dir.", role="model",
+       domain=Domain("a name of letters, digits and . _ -", "models-nfs", "model-share", pattern=r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")),
+    _v("hicache_model_share_wait", "int", 7200, "Seconds a host of a shared hicache_model_dir (hicache_model_share) waits for the host that downloads there.", role="model",
+       domain=Domain("seconds, 10-86400", 7200, "range", low=10, high=86400)),
     _v("hicache_model_path", "str", NO_DEFAULT, "--model-path as the server sees it (a path in the container or a hub id).", flag="--model-path",
        domain=dataclasses.replace(NON_EMPTY, text="a non-empty path or hub id without leading or trailing spaces", example="/models/weights")),
     _v("hicache_served_model_name", "str", None, "--served-model-name; part of every L3 key, so keep it stable and without ':'.", flag="--served-model-name",
@@ -316,8 +322,12 @@ VARIABLES: tuple[Var, ...] = (
     # --- the router (hosts of the hicache_routers group) ---------------------------------------------
     _v("hicache_worker_url", "str", None, "URL at which the routers reach this server (default: http://<ansible_host or the inventory name>:<hicache_port>).", role="router",
        domain=Domain("http(s)://host[:port] without a path", "http://10.0.0.11:30000", "worker-url", pattern=r"https?://(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::[0-9]{1,5})?")),
-    _v("hicache_router_version", "str", "0.3.2", "Version of the sglang-router package (PyPI) the router runs; pinned.", role="router",
-       domain=Domain("a release version such as 0.3.2", "0.3.2", "version", pattern=r"[0-9]+(?:\.[0-9]+){1,3}(?:(?:a|b|rc|\.post|\.dev)[0-9]+)?")),
+    _v("hicache_router_package", "str", "smg", "The router's PyPI package, whose binary of the same name the unit runs: smg (the SGLang Model Gateway, "
+       "where the router's development moved; SGLang 0.5.23's README points to it) or sglang-router (frozen at 0.3.2). Both serve the /workers API.", role="router",
+       choices=("smg", "sglang-router")),
+    _v("hicache_router_version", "str", None, "Version of hicache_router_package the router runs, pinned; None: the one this release was checked with "
+       "(smg 1.13.0, sglang-router 0.3.2).", role="router",
+       domain=Domain("a release version such as 1.13.0", "1.13.0", "version", pattern=r"[0-9]+(?:\.[0-9]+){1,3}(?:(?:a|b|rc|\.post|\.dev)[0-9]+)?")),
     _v("hicache_router_dir", "str", "/opt/sglang-router", "Directory of the router's own virtualenv on the router host.", role="router",
        domain=Domain(UNIT_PATH.format(""), "/opt/sglang-router", "unit-safe-path", pattern=_UNIT_PATH)),
     _v("hicache_router_service_name", "str", "sglang-router", "systemd unit that runs the router.", role="router",
@@ -329,12 +339,12 @@ VARIABLES: tuple[Var, ...] = (
        choices=("cache_aware", "round_robin", "random", "power_of_two")),
     _v("hicache_router_index_url", "str", None, "pip index (a mirror) to install the router from; None: pip's configured index. Secret: it may carry credentials.", role="router", secret=True,
        domain=Domain("an http(s) URL without spaces", "https://pypi.example.com/simple", "url", pattern=r"https?://[^\s]+")),
-    _v("hicache_router_wheelhouse", "str", None, "Directory on the controller with the router's wheels and its dependencies' (`pip download sglang-router==VERSION`); "
+    _v("hicache_router_wheelhouse", "str", None, "Directory on the controller with the router's wheels and its dependencies' (`pip download smg==VERSION`); "
        "copied to the host and installed offline. None: from the index.", role="router",
        domain=dataclasses.replace(NON_EMPTY, text="a non-empty path", example="wheels/sglang-router")),
     _v("hicache_router_drain_timeout", "int", 300, "Seconds a rolling change waits for a server taken out of the routers to finish its requests before it restarts.", role="router",
        domain=Domain("seconds, at least 1", 300, "range", low=1)),
-    _v("hicache_router_extra_args", "list", [], "Further `sglang-router launch` flags, appended as given.", role="router",
+    _v("hicache_router_extra_args", "list", [], "Further `<hicache_router_package> launch` flags, appended as given.", role="router",
        domain=Domain("words (strings or numbers)", ["--log-level", "info"], "type", item_types=("str", "int", "float"))),
     # --- host facts the rules use -----------------------------------------------------------------
     _v("hicache_host_ram_gb", "int", None, "Host RAM in GB when known before deployment; the rules check the host pool against it.", role="preflight", domain=POSITIVE),
@@ -355,7 +365,7 @@ VARIABLES: tuple[Var, ...] = (
        domain=Domain("a host name, an IPv4 address, or an IPv6 address in [brackets]", "vip.storage.example.com", "address", check=is_nfs_server)),
     _v("hicache_storage_export", "str", None, "NFS export path.", role="storage",
        domain=Domain("an absolute path without spaces or backslashes (it is a field of /etc/fstab)", "/kvcache", "fstab-field", pattern=r"/[^\s\\]*")),
-    _v("hicache_storage_nconnect", "int", None, "nconnect connections per mount (VAST); refused for NetApp pNFS.", role="storage", domain=POSITIVE),
+    _v("hicache_storage_nconnect", "int", None, "nconnect per mount: VAST at most 64 (above 16 needs vastnfs); NetApp pNFS at most 16, not with trunking (max_connect=).", role="storage", domain=POSITIVE),
     _v("hicache_storage_remoteports", "str", None, "VAST multipath remote ports: an IP range 'a-b', '~'-joined list, or 'dns'.", role="storage",
        domain=Domain("dns, or IP ranges a-b joined by ~", "dns", "remoteports-syntax", pattern=r"dns|[0-9A-Fa-f.:~-]+")),
     _v("hicache_storage_localports", "list", [], "VAST multipath local ports (IPs or interface names); needs rp_filter=0, which the storage role sets.", role="storage",
@@ -375,13 +385,17 @@ VARIABLES: tuple[Var, ...] = (
        domain=Domain("seconds, at least 1", 60, "range", low=1)),
     _v("hicache_storage_read_ahead_kb", "int", 8192, "NFS read-ahead in KiB, persistent through nfsrahead (/etc/nfs.conf.d) and applied to the live mount.", role="storage",
        domain=Domain("KiB, 0 or more", 8192, "range", low=0)),
-    _v("hicache_storage_sunrpc_slots", "int", 128, "sunrpc TCP slot table entries (module options and live sysctl).", role="storage",
-       domain=Domain("an integer from 2 to 65536 (the kernel's limits)", 128, "range", low=2, high=65536)),
+    _v("hicache_storage_sunrpc_slots", "int", 128,
+       "RPC slots per NFS-over-RDMA transport (sunrpc.rdma_slot_table_entries, live and in sysctl.d, with rpcrdma loaded at boot); "
+       "None leaves the kernel's 128. TCP slot tables are never touched.", role="storage",
+       domain=Domain("an integer from 4 to 16384 (xprtrdma's RPCRDMA_MIN/MAX_SLOT_TABLE)", 128, "range", low=4, high=16384)),
     _v("hicache_cache_owner", "str", "root", "Owner of hicache_cache_dir.", role="storage", domain=Domain("a user name or a numeric id", "root", "user-name", pattern=r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?|[0-9]+")),
     _v("hicache_cache_group", "str", "root", "Group of hicache_cache_dir.", role="storage", domain=Domain("a group name or a numeric id", "root", "user-name", pattern=r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?|[0-9]+")),
     _v("hicache_cache_mode", "str", "0755", "Mode of hicache_cache_dir.", role="storage", domain=Domain("an octal mode in quotes, e.g. '0755'", "0755", "file-mode", pattern=r"0?[0-7]{3}|[0-7]{4}")),
     # --- ConnectX-7 tuning for storage traffic ---------------------------------------------------------
-    _v("hicache_nic_interfaces", "list", [], "Interfaces to tune; [] selects every ConnectX port (driver mlx5_core, PCI vendor 0x15b3).", role="nic_tuning",
+    _v("hicache_nic_interfaces", "list", [], "Interfaces to tune; [] selects the storage ports: those hicache_storage_localports names "
+       "(or that hold its addresses), else the ConnectX ports that route to hicache_storage_server; never IPoIB ports; "
+       "a VLAN or bond stands for the ports below it.", role="nic_tuning",
        domain=Domain("interface names", ["ens1f0np0"], "interface-name",
               items=Domain("an interface name: up to 15 letters, digits and _ . @ + -", "ens1f0np0", "interface-name", pattern=_INTERFACE.pattern), item_types=("str",))),
     _v("hicache_nic_mtu", "int", 9000, "MTU (jumbo frames end to end for NFS over RDMA).", role="nic_tuning", domain=Domain("an MTU ConnectX ports take, 576-9978", 9000, "range", low=576, high=9978)),
@@ -392,13 +406,20 @@ VARIABLES: tuple[Var, ...] = (
        domain=Domain("priorities 0-7", [3], "range", items=Domain("a priority 0-7", 3, "range", low=0, high=7), item_types=("int",))),
     _v("hicache_nic_ecn_priorities", "list", [3], "Priorities with RoCE ECN on (notification and reaction point).", role="nic_tuning",
        domain=Domain("priorities 0-7", [3], "range", items=Domain("a priority 0-7", 3, "range", low=0, high=7), item_types=("int",))),
+    _v("hicache_nic_ecn_required", "bool", False, "Fail a port whose driver has no per-priority ECN switch (the distribution's mlx5: "
+       "/sys/class/net/<if>/ecn is MLNX_OFED/DOCA's); false: a named gap, the host degraded.", role="nic_tuning"),
+    _v("hicache_nic_roce_dscp", "int", 26, "DSCP of NFS/RDMA traffic: RDMA-CM's default ToS (configfs rdma_cm/<dev>/ports/<n>/default_roce_tos) "
+       "is set to DSCP << 2, as xprtrdma sets none; with trust dscp the default map sends DSCP d to priority d >> 3 (26 -> 3). "
+       "None leaves it.", role="nic_tuning",
+       domain=Domain("a DSCP 0-63", 26, "range", low=0, high=63)),
     _v("hicache_nic_irq_affinity", "bool", True, "Pin the NIC's IRQs to the CPUs of its NUMA node.", role="nic_tuning"),
     _v("hicache_nic_max_read_request", "int", None, "PCIe MaxReadReq in bytes (128-4096, a power of two); None leaves it.", role="nic_tuning", choices=(128, 256, 512, 1024, 2048, 4096)),
     _v("hicache_nic_cpu_governor", "str", "performance", "CPU frequency governor; None leaves it.", role="nic_tuning", choices=("performance", "powersave", "ondemand", "conservative", "schedutil", "userspace")),
     # --- host limits -------------------------------------------------------------------------------
     _v("hicache_limits_memlock", "str", "unlimited", "memlock for login sessions (limits.d) and the runtime service (LimitMEMLOCK); 'unlimited' or KiB.", role="host_limits",
        domain=Domain("unlimited, or a positive number of KiB in quotes", "unlimited", "memlock", pattern=r"unlimited|[1-9][0-9]*")),
-    _v("hicache_limits_runtime_service", "str", None, "systemd service of the container runtime that gets LimitMEMLOCK (default: docker.service with docker, none with podman).", role="host_limits",
+    _v("hicache_limits_runtime_service", "str", None, ("systemd service of the container runtime that gets LimitMEMLOCK (default: docker.service with docker, none with podman); "
+        "with docker, containerd.service gets it as well (the containers' shims are its children)."), role="host_limits",
        domain=Domain("a systemd service name ending in .service", "docker.service", "unit-name", pattern=r"[A-Za-z0-9_.@][A-Za-z0-9_.@-]*\.service")),
     _v("hicache_limits_restart_runtime", "bool", False, "Restart the runtime service when its limit changes; off by default because it stops running containers.", role="host_limits"),
     _v("hicache_host_sysctls", "dict", {}, "Further sysctls, persisted in /etc/sysctl.d/90-hicache.conf and applied.", role="host_limits",
@@ -427,14 +448,14 @@ _STORAGE = tuple(v.name for v in VARIABLES if v.role == "storage")
 # tests/test_role_variables.py records what each role's plan really reads and holds this to it.
 ALSO_READS: dict[str, tuple[str, ...]] = {
     "preflight": ("hicache_base_dir", "hicache_cache_dir", "hicache_container_runtime", "hicache_size_gb", "hicache_tp_size") + _STORAGE,
-    "nic_tuning": ("hicache_storage_type", "hicache_strict"),
+    "nic_tuning": ("hicache_storage_localports", "hicache_storage_remoteports", "hicache_storage_server", "hicache_storage_type", "hicache_strict"),
     "storage": ("hicache_cache_dir", "hicache_strict"),
     "host_limits": ("hicache_container_runtime", "hicache_strict"),
     "container_runtime": ("hicache_container_runtime", "hicache_limits_restart_runtime", "hicache_limits_runtime_service", "hicache_strict"),
     "sglang_image": ("hicache_container_runtime", "hicache_image", "hicache_strict"),
     "model": ("hicache_container_runtime", "hicache_model_dir", "hicache_strict"),
     "sglang_server": ("hicache_container_seccomp", "hicache_limits_runtime_service", "hicache_model_repo", "hicache_model_revision",
-                      "hicache_router_drain_timeout", "hicache_strict", "hicache_worker_url"),
+                      "hicache_router_drain_timeout", "hicache_storage_device", "hicache_storage_type", "hicache_strict", "hicache_worker_url"),
 }
 
 
@@ -486,10 +507,11 @@ def argument_specs(role: str) -> dict:
 
 
 README_START, README_END = "<!-- variables:start -->", "<!-- variables:end -->"
+VARIABLES_DOC = "docs/variables.md"  # where the generated variable table lives, relative to the checkout
 
 
 def variables_table() -> str:
-    """The README's variable table (generated; see _main)."""
+    """The variable table of docs/variables.md (generated; see _main)."""
     def cell(value: Any) -> str:
         if value is NO_DEFAULT:
             return "**required**"
@@ -545,7 +567,7 @@ def _main() -> int:  # pragma: no cover - exercised by the drift test through su
                     path.parent.mkdir(parents=True, exist_ok=True)
                     path.write_text(text)
                 print(("wrote " if args.write else "stale ") + str(path))
-    readme = roles_dir.parent / "README.md"
+    readme = roles_dir.parent / VARIABLES_DOC  # the variable table moved out of the README (issue 24)
     text = readme.read_text()
     head, rest = text.split(README_START, 1)
     tail = rest.split(README_END, 1)[1]

@@ -1,0 +1,134 @@
+"""host_limits with Docker (issue #22, Limits): the memlock limit goes where a container's processes inherit it, and the
+role's check reads the limit of the RUNNING runtime process, not only the unit's configured LimitMEMLOCK.
+
+Why containerd.service: dockerd asks containerd to create each container; containerd starts containerd-shim-runc-v2,
+which runs runc, which starts the container's init (containerd runtime/v2/shim; moby daemon/oci_linux.go puts only the
+--ulimit values and daemon.json's default-ulimits in the OCI spec). tests/vm/test_vm_docker.py shows it on a real
+Docker 20.10 in a VM; here the plan and the role's check are tested on this machine against real processes whose
+/proc/<pid>/limits this test sets with prlimit (only lowering: this machine caps memlock at 8 MiB).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import yaml
+from helpers import deployment
+
+from hicachectl import limits, plans
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+
+
+def test_with_docker_the_memlock_drop_in_goes_on_containerd_as_well_as_docker():
+    """Failed before: only docker.service got the drop-in, but the containers are children of containerd's shims."""
+    plan = plans.limits_plan(deployment("vast", container_runtime="docker"))
+    assert plan.services == ("docker.service", "containerd.service")
+    dropins = {f["path"]: f["content"] for f in plan.files if f["path"].startswith("/etc/systemd/system/")}
+    assert set(dropins) == {"/etc/systemd/system/docker.service.d/90-hicache-memlock.conf",
+                            "/etc/systemd/system/containerd.service.d/90-hicache-memlock.conf"}
+    assert all("LimitMEMLOCK=infinity\n" in text for text in dropins.values())
+    assert {d["path"] for d in plan.directories} == {"/etc/systemd/system/docker.service.d", "/etc/systemd/system/containerd.service.d"}
+    assert plan.proc_memlock == "unlimited" and plan.memlock == "infinity"
+
+
+def test_podman_has_no_daemon_and_a_named_runtime_service_still_brings_containerd_with_docker():
+    assert plans.limits_plan(deployment("vast", container_runtime="podman")).services == ()
+    named = plans.limits_plan(deployment("vast", container_runtime="docker", limits_runtime_service="docker-ce.service"))
+    assert named.services == ("docker-ce.service", "containerd.service")
+    assert plans.runtime_plan(deployment("vast", container_runtime="docker")).units == ("containerd.service", "docker.service")
+
+
+def test_a_number_of_kib_is_bytes_in_proc_limits_and_in_systemd():
+    d = deployment("vast", container_runtime="docker", limits_memlock="4096")
+    assert limits.proc_memlock(d) == limits.systemd_memlock(d) == str(4096 * 1024)
+
+
+# -- the role's check, against real processes ------------------------------------------------------------------------
+# A stand-in for `systemctl show -p NAME --value UNIT` (the only call the check makes), answering from a JSON file of
+# unit -> properties; the MainPIDs are real processes started by the test with a known memlock.
+SYSTEMCTL_STANDIN = textwrap.dedent("""\
+    #!/usr/bin/env python3
+    # Test stand-in for systemctl (tests/test_limits.py): `show -p NAME --value UNIT` from $HICACHE_TEST_UNITS.
+    import json, os, sys
+    args = sys.argv[1:]
+    assert args[0] == "show" and args[1] == "-p" and args[3] == "--value", args
+    print(json.load(open(os.environ["HICACHE_TEST_UNITS"])).get(args[4], {}).get(args[2], ""))
+    """)
+
+
+@pytest.fixture
+def units(tmp_path):
+    """Run the role's checks.yml on this machine with the given units; returns (returncode, output)."""
+    started = []
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "systemctl").write_text(SYSTEMCTL_STANDIN)
+    (bindir / "systemctl").chmod(0o755)
+
+    def process_with_memlock(bytes_: int) -> int:
+        proc = subprocess.Popen(["prlimit", f"--memlock={bytes_}:{bytes_}", "sleep", "120"])
+        started.append(proc)
+        for _ in range(100):  # prlimit execs sleep: wait until the limit is the process's
+            limits_text = pathlib.Path(f"/proc/{proc.pid}/limits").read_text()
+            if pathlib.Path(f"/proc/{proc.pid}/exe").resolve().name == "sleep" and f" {bytes_} " in limits_text:
+                break
+        return proc.pid
+
+    def run(unit_properties: dict, memlock_kib: str, restart: bool = False):
+        (tmp_path / "units.json").write_text(json.dumps(unit_properties))
+        d = deployment("vast", container_runtime="docker", limits_memlock=memlock_kib, limits_restart_runtime=restart, strict=False)
+        play = [{"hosts": "localhost", "gather_facts": False,
+                 "vars": {"ansible_python_interpreter": sys.executable, "hicache_facts": {"systemd": True, "units": unit_properties}, "__hicache_limits": plans.as_fact(plans.limits_plan(d))},
+                 "tasks": [{"ansible.builtin.import_tasks": str(ROOT / "roles/host_limits/tasks/checks.yml")}]}]
+        (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+        env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PATH": f"{bindir}:{os.environ['PATH']}",
+               "HICACHE_TEST_UNITS": str(tmp_path / "units.json"), "ANSIBLE_NOCOLOR": "1"}
+        proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", "localhost,", "-c", "local", str(tmp_path / "play.yml")],
+                              capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+        return proc.returncode, proc.stdout + proc.stderr
+
+    run.process_with_memlock = process_with_memlock
+    yield run
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def loaded(pid: int, memlock: str) -> dict:
+    return {"LoadState": "loaded", "MainPID": str(pid), "LimitMEMLOCK": memlock}
+
+
+def test_the_check_names_a_running_containerd_that_does_not_have_the_limit_yet(units):
+    """Failed before: the check read LimitMEMLOCK only (right since the drop-in), never the running process, so a
+    containerd started before the drop-in (its shims and containers at 8 MiB) passed."""
+    want = 4096 * 1024
+    good, stale = units.process_with_memlock(want), units.process_with_memlock(8 * 1024 * 1024)
+    rc, out = units({"docker.service": loaded(good, str(want)), "containerd.service": loaded(stale, str(want))}, "4096")
+    assert rc == 0, out  # hicache_strict false: a gap, the host degraded
+    assert f"containerd.service (pid {stale}) runs with memlock 8388608/8388608 (soft/hard), wanted {want}" in out, out
+    assert "restart it, or set hicache_limits_restart_runtime: true" in out and "docker.service (pid" not in out, out
+
+
+def test_after_the_role_restarted_the_runtime_a_running_limit_still_wrong_is_a_failure(units):
+    stale = units.process_with_memlock(8 * 1024 * 1024)
+    good = units.process_with_memlock(4096 * 1024)
+    rc, out = units({"docker.service": loaded(good, str(4096 * 1024)), "containerd.service": loaded(stale, str(4096 * 1024))},
+                    "4096", restart=True)
+    assert rc != 0 and f"containerd.service (pid {stale}) runs with memlock 8388608/8388608" in out, out
+
+
+def test_running_units_with_the_limit_pass_and_a_stopped_one_is_judged_by_its_configured_limit(units):
+    want = 4096 * 1024
+    good = units.process_with_memlock(want)
+    rc, out = units({"docker.service": loaded(good, str(want)), "containerd.service": loaded(0, str(want))}, "4096")
+    assert rc == 0 and "degraded" not in out and "runs with memlock" not in out, out
+    rc, out = units({"docker.service": loaded(good, str(want)), "containerd.service": loaded(0, "8388608")}, "4096")
+    assert rc != 0 and f"containerd.service: LimitMEMLOCK=8388608, wanted {want}" in out, out
