@@ -142,26 +142,6 @@ def test_with_the_storage_down_at_boot_the_host_boots_and_verify_names_the_missi
     assert_tuned(vm, "3", transports=4)
 
 
-NIC_ONLY_MTU = {"hicache_nic_mtu": 9000, "hicache_nic_rings": None, "hicache_nic_channels": None, "hicache_nic_qos_trust": None,
-                "hicache_nic_pfc_priorities": [], "hicache_nic_ecn_priorities": [], "hicache_nic_irq_affinity": False,
-                "hicache_nic_max_read_request": None, "hicache_nic_cpu_governor": None, "hicache_nic_roce_dscp": None}
-NIC_ROLE = [{"name": "The NIC role", "ansible.builtin.include_role": {"name": "hicache.deploy.nic_tuning"}}]
-
-
-def test_nic_tuning_selects_no_virtio_port_unless_named_and_sets_a_named_ports_mtu(bed):
-    """The VMs' storage ports are virtio, not ConnectX: unnamed, none is tuned; named, its MTU changes in the kernel."""
-    vm = bed.client
-    ports = bed.client_ports
-    before = {port: vm.read(f"/sys/class/net/{port}/mtu").strip() for port in ports}
-    unnamed = bed.play(bed.inventory("nic", {**vast(), **NIC_ONLY_MTU, "hicache_strict": False}), NIC_ROLE)
-    assert {port: vm.read(f"/sys/class/net/{port}/mtu").strip() for port in ports} == before, unnamed.stdout[-4000:]
-    named = bed.play(bed.inventory("nic", {**vast(), **NIC_ONLY_MTU, "hicache_nic_interfaces": [ports[1]]}), NIC_ROLE)
-    assert named.returncode == 0, named.stdout[-6000:]
-    assert vm.read(f"/sys/class/net/{ports[1]}/mtu").strip() == "9000"
-    assert vm.read(f"/sys/class/net/{ports[0]}/mtu").strip() == before[ports[0]]  # the one carrying the mount is left alone
-    assert vm.ssh("systemctl is-enabled hicache-nic-tuning.service").stdout.strip() == "enabled"
-
-
 def test_a_netapp_shaped_host_mounts_nfs_4_1_over_rdma_with_everything_in_effect_on_the_first_run(bed):
     vm = bed.client
     vm.ssh(f"umount {POINT}", check=True)
@@ -176,13 +156,3 @@ def test_a_netapp_shaped_host_mounts_nfs_4_1_over_rdma_with_everything_in_effect
     fstab = vm.read("/etc/fstab")
     assert fstab.startswith(bed.fstab_before) and fstab.count("# BEGIN hicache-deploy L3 tier") == 1
 
-
-def test_after_the_last_reboot_the_named_ports_mtu_is_back_from_the_boot_unit(bed):
-    """The NetApp test rebooted the client after the NIC test: the boot unit set the MTU again, before the network."""
-    vm = bed.client
-    assert vm.read(f"/sys/class/net/{bed.client_ports[1]}/mtu").strip() == "9000"
-    result = vm.ssh("systemctl show -p ActiveState,Result --value hicache-nic-tuning.service").stdout.split()
-    assert result[:2] == ["active", "success"] or "success" in result, result
-    order = vm.ssh("systemd-analyze critical-chain --no-pager network-pre.target 2>/dev/null; "
-                   "systemctl show -p Before,After --value hicache-nic-tuning.service").stdout
-    assert "network-pre.target" in order, order
