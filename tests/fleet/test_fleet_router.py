@@ -315,7 +315,8 @@ def test_a_rolling_upgrade_through_the_router_fails_no_request_and_drains_each_s
 
 def test_the_shared_tier_proof_and_bench_through_the_router_warm_prompts_come_from_the_shared_tier(bed, tmp_path):
     fleet, servers, router, urls, router_url = bed
-    inv = inventory(bed, "bench")
+    # The image the rolling upgrade above left on the servers: the inventory's older one would be a downgrade, refused.
+    inv = inventory(bed, "bench", hicache_image="lmsysorg/sglang:v0.5.23-cu129")
     run = cli("deploy", "--inventory", str(inv))
     assert run.returncode == 0, run.stdout + run.stderr
     # the cross-server proof behind the router: each server restarted (drained from the router, put back) hits the
