@@ -211,3 +211,20 @@ def test_render_says_which_ports_and_why():
 @pytest.mark.parametrize("name", ["ofed-mlx5", "inbox-mlx5", "ipoib"])
 def test_each_sample_is_described_in_the_readme(name):
     assert f"## {name}" in (SAMPLES / "README.md").read_text()
+
+
+def test_every_symlink_in_the_samples_points_at_a_file_a_clone_has():
+    """git keeps no empty directory: a sample's `driver -> ../../bus/pci/drivers/mlx5_core` resolves in the tree it was
+    written in and dangles in a fresh clone (ansible-galaxy's build refuses a dangling link, and the program reads the
+    driver's name through it). Each link's target must hold a tracked file."""
+    listed = subprocess.run(["git", "ls-files", "-s", "--", str(SAMPLES)], cwd=ROOT, capture_output=True, text=True, check=True)
+    tracked = subprocess.run(["git", "ls-files", "--", str(SAMPLES)], cwd=ROOT, capture_output=True, text=True, check=True)
+    files = {ROOT / f for f in tracked.stdout.split()}
+    links = [ROOT / line.split("\t", 1)[1] for line in listed.stdout.splitlines() if line.startswith("120000 ")]
+    assert links, "the samples have symlinks (sys/devices/.../driver)"
+    dangling = []
+    for link in links:
+        target = pathlib.Path(os.path.normpath(link.parent / os.readlink(link)))
+        if target not in files and not any(f.is_relative_to(target) for f in files):
+            dangling.append(f"{link.relative_to(ROOT)} -> {os.readlink(link)}")
+    assert not dangling, dangling

@@ -54,12 +54,13 @@ def _control_characters(out, path: str, text: str) -> None:
 
 
 # Addresses and names reserved for documentation, which the shipped profiles use where the user's own belong:
-# IPv4 TEST-NET-1/2/3 (RFC 5737), IPv6 2001:db8::/32 (RFC 3849), the .example/.test/.invalid names and
-# example.com/.net/.org (RFC 2606). No real host answers them.
+# IPv4 TEST-NET-1/2/3 (RFC 5737), IPv6 2001:db8::/32 (RFC 3849), the .example/.invalid names and
+# example.com/.net/.org (RFC 2606). No real host answers them. RFC 2606's .test is not among them: it is reserved for
+# testing, and a lab's own DNS (or a bastion's /etc/hosts) may really serve it.
 DOCUMENTATION_NETWORKS = tuple(ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32"))
 _IPV4 = re.compile(r"(?<![\w.])\d{1,3}(?:\.\d{1,3}){3}(?![\w.])")
 _IPV6 = re.compile(r"(?<![\w:])2001:0?db8:[0-9A-Fa-f:]*", re.IGNORECASE)
-_DOC_NAME = re.compile(r"(?<![\w.-])(?:[A-Za-z0-9-]+\.)*(?:example\.(?:com|net|org)|[A-Za-z0-9-]+\.(?:example|test|invalid))(?![\w-])",
+_DOC_NAME = re.compile(r"(?<![\w.-])(?:[A-Za-z0-9-]+\.)*(?:example\.(?:com|net|org)|[A-Za-z0-9-]+\.(?:example|invalid))(?![\w-])",
                        re.IGNORECASE)
 
 
