@@ -90,9 +90,6 @@ def test_a_second_deploy_is_refused_by_the_lock_while_the_first_completes(served
     assert served_fleet.ssh(host, "test -f /run/hicache-deploy.lock").returncode == 1  # released
 
 
-@pytest.mark.xfail(strict=True, reason="open defect, seen 2026-12-01: after the bad image's health wait fails, the host fails on "
-                   "'Require what the inventory needs: gpus: nvidia-smi not found' instead of rolling back and saying "
-                   "'the new server did not become healthy'; to be fixed, then this mark removed (strict: a pass fails)")
 def test_upgrade_rolls_host_by_host_and_a_bad_one_is_rolled_back(served_fleet):
     hosts = sorted(served_fleet.hosts)
     base = {**SERVICE_VARS, "hicache_served_model_name": "fleet", "hicache_image": "lmsysorg/sglang:v0.5.21-cu129"}
@@ -109,13 +106,15 @@ def test_upgrade_rolls_host_by_host_and_a_bad_one_is_rolled_back(served_fleet):
     assert [w.split(":")[0].strip() for w in waits] == [h for h in hosts for _ in (0, 1)], waits
 
     pids = {h: main_pid(served_fleet, h) for h in hosts}
-    bad = served_fleet.inventory(extra_vars={**base, "hicache_health_timeout": 6, "hicache_container_env": {"STANDIN_NEVER_HEALTHY": "1"},
+    # A broken image: its server dies at start (systemd restarts it; the health wait stops at the second restart).
+    # The previous server then gets the inventory's whole health timeout to come back, as any start does.
+    bad = served_fleet.inventory(extra_vars={**base, "hicache_container_env": {"STANDIN_EXIT_AT_START": "1"},
                                              "hicache_image": "lmsysorg/sglang:v0.5.22-broken"}, name="served-upgrade-bad")
     run = cli("upgrade", "--allow-downgrade", "--inventory", str(bad))  # 0.5.22 after 0.5.23: asked for explicitly
     assert run.returncode == 1
     failed_host = hosts[0]
-    assert f"{failed_host}: the new server did not become healthy" in run.stdout
-    assert "rolled back to config" in run.stdout and "image lmsysorg/sglang:v0.5.23-cu129" in run.stdout
+    assert f"{failed_host}: the new server did not become healthy" in run.stdout and "crashed and was restarted" in run.stdout
+    assert "rolled back to config" in run.stdout and "which serves again" in run.stdout and "image lmsysorg/sglang:v0.5.23-cu129" in run.stdout
     assert '"image": "lmsysorg/sglang:v0.5.23-cu129"' in served_fleet.ssh(failed_host, "cat /opt/sglang-hicache/cfg/deployed.json").stdout
     for host in hosts[1:]:  # never restarted
         assert main_pid(served_fleet, host) == pids[host]

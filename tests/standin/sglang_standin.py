@@ -16,8 +16,8 @@ the tests need to observe:
   A warm request's time includes the time the backends took to read its pages from the tier (measured);
 - /server_info: the server arguments the tests compare (served_model_name, page_size, kv_cache_dtype,
   tp_size, pp_size, revision, hicache_storage_backend, hicache_write_policy), under SGLang's names.
-With write_back nothing reaches L3 (the host pool never evicts here). Tokens are whitespace-separated words. Faults for tests: STANDIN_NEVER_HEALTHY=1 (a bad image),
-STANDIN_URING_BROKEN=1 (the NIXL POSIX plugin cannot create its io_uring backend when asked for it).
+With write_back nothing reaches L3 (the host pool never evicts here). Tokens are whitespace-separated words. Faults for tests:
+STANDIN_NEVER_HEALTHY=1 (a bad image that hangs), STANDIN_EXIT_AT_START=1 (one that dies at start), STANDIN_URING_BROKEN=1 (the NIXL POSIX plugin cannot create its io_uring backend when asked for it).
 HTTP and timing are the standard library's; the L3 pages need SGLang's environment (tests/infra/sglang_env.sh).
 """
 
@@ -262,6 +262,9 @@ def main(argv):
     config = extra_config(args)
     if os.environ.get("STANDIN_URING_BROKEN") == "1" and args.hicache_storage_backend == "nixl" and str(config.get("use_uring")).lower() in ("true", "1"):
         print("nixl: failed to create backend POSIX: io_uring_queue_init failed: EBADF (Bad file descriptor)", file=sys.stderr, flush=True)
+        return 1
+    if os.environ.get("STANDIN_EXIT_AT_START") == "1":  # a broken image: the server dies before it listens
+        print("sglang-standin: exiting at start, as STANDIN_EXIT_AT_START asks", file=sys.stderr, flush=True)
         return 1
     server = Server(args)
     print(f"sglang-standin: serving {args.served_model_name} on {args.host}:{args.port}, L3 {server.l3}", flush=True)
