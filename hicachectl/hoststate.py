@@ -108,24 +108,39 @@ VASTNFS_SHOWN_OPTIONS = ("remoteports", "localports", "spread_reads", "spread_wr
 VASTNFS_SHOWS_OPTIONS_FROM = (4, 0, 30)
 
 
-def expand_ports(spec: str) -> list[str] | None:
-    """vastnfs' port list syntax (docs/src/usage/mount-params.md): addresses, inclusive ranges FIRST-LAST, joined by '~'.
-    The driver prints the list back compacted (nfs_show_portgroup: a run of succeeding addresses as FIRST-LAST, the
-    rest joined by '~'), so two spellings of one list are compared expanded. None: 'dns', names or a malformed list."""
+def port_ranges(spec: str | None) -> list[tuple[int, int]] | None:
+    """vastnfs' port list syntax (docs/src/usage/mount-params.md): addresses and inclusive ranges FIRST-LAST, joined by
+    '~', as (first, last) integers of one IP version. None: empty, 'dns', names or a malformed list. The one parser of
+    the syntax: validate counts the ports with it (rules/storage.py), the live check compares lists with it."""
     import ipaddress
 
-    addresses: list[str] = []
-    for part in (spec or "").split("~"):
+    ranges: list[tuple[int, int]] = []
+    version = None
+    for part in (spec or "").split("~") if spec and spec != "dns" else ():
         first, dash, last = part.partition("-")
         try:
             low = ipaddress.ip_address(first)
             high = ipaddress.ip_address(last) if dash else low
         except ValueError:
             return None
-        if high.version != low.version or int(high) < int(low) or int(high) - int(low) > 4096:
+        if high.version != low.version or (version and low.version != version) or int(high) < int(low):
             return None
-        addresses += [str(ipaddress.ip_address(n)) for n in range(int(low), int(high) + 1)]
-    return addresses
+        version = low.version
+        ranges.append((int(low), int(high)))
+    return ranges or None
+
+
+def expand_ports(spec: str) -> list[str] | None:
+    """The addresses of a vastnfs port list, in order. The driver prints the list back compacted (nfs_show_portgroup: a
+    run of succeeding addresses as FIRST-LAST, the rest joined by '~'), so two spellings of one list are compared
+    expanded. None where port_ranges says None, or past 4096 addresses (no real list is that long; nothing is expanded
+    without bound)."""
+    import ipaddress
+
+    ranges = port_ranges(spec)
+    if ranges is None or sum(high - low + 1 for low, high in ranges) > 4096:
+        return None
+    return [str(ipaddress.ip_address(n)) for low, high in ranges for n in range(low, high + 1)]
 
 
 def _version_tuple(text: str | None) -> tuple[int, int, int] | None:

@@ -131,3 +131,13 @@ def test_nic_verdict_a_host_without_connectx_has_gaps_only_for_what_is_asked():
     assert hoststate.nic_verdict(none_here, asked=False) == {"failures": [], "gaps": [], "changes": []}  # a local tier, no port named
     named = report(interfaces=["ens9"], missing=["ens9"], unavailable=[{"what": "ens9", "reason": "no interface ens9 on this host (named in hicache_nic_interfaces)"}])
     assert hoststate.nic_verdict(named, asked=True)["gaps"] == ["ens9: no interface ens9 on this host (named in hicache_nic_interfaces)"]
+
+
+def test_validate_counts_remoteports_with_the_parser_the_live_check_expands():
+    from hicachectl.rules import remote_port_count
+
+    for spec in ("172.16.0.1-172.16.0.16", "172.16.0.1~172.16.0.3-172.16.0.5", "fd00::1-fd00::4~fd00::9", "10.0.0.7"):
+        assert remote_port_count(spec) == len(hoststate.expand_ports(spec)), spec
+    for spec in ("dns", "", None, "vip.example.net", "10.0.0.9-10.0.0.1", "10.0.0.1~fd00::1", "10.0.0.1-fd00::1"):
+        assert remote_port_count(spec) is None and hoststate.expand_ports(spec or "") is None, spec
+    assert remote_port_count("10.0.0.0-10.0.255.255") == 65536 and hoststate.expand_ports("10.0.0.0-10.0.255.255") is None

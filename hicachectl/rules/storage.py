@@ -3,7 +3,6 @@ remoteports and nconnect."""
 
 from __future__ import annotations
 
-import ipaddress
 import math
 
 from hicachectl.model import PREFIX
@@ -18,21 +17,11 @@ ONTAP_MAX_NCONNECT = 16
 
 
 def remote_port_count(spec: str | None) -> int | None:
-    """Count VAST `remoteports`: 'a-b' ranges joined by '~'; None for 'dns' or unparsable."""
-    if not spec or spec == "dns":
-        return None
-    total = 0
-    for part in spec.split("~"):
-        first, _, last = part.partition("-")
-        try:
-            low = ipaddress.ip_address(first)
-            high = ipaddress.ip_address(last) if last else low
-        except ValueError:
-            return None
-        if int(high) < int(low):
-            return None
-        total += int(high) - int(low) + 1
-    return total
+    """How many addresses VAST `remoteports` names; None for 'dns' or a list hoststate.port_ranges cannot read."""
+    from hicachectl.hoststate import port_ranges
+
+    ranges = port_ranges(spec)
+    return None if ranges is None else sum(high - low + 1 for low, high in ranges)
 
 
 @rule
