@@ -68,10 +68,7 @@ def build(inventory_host: str, raw: Mapping[str, Any]) -> Any:
     """Apply defaults and resolve derived paths. Assumes `rules.check_variables` found no error."""
     values: dict[str, Any] = {}
     for var in schema.VARIABLES:
-        value = raw.get(var.name)
-        if value is None:
-            value = None if var.required else schema.default_of(var.name)
-        values[field_name(var.name)] = value
+        values[field_name(var.name)] = schema.value_in(raw, var)
     if values["cfg_dir"] is None:
         values["cfg_dir"] = posixpath.join(values["base_dir"], "cfg")
     if values["cache_container_dir"] is None:

@@ -40,6 +40,18 @@ def selection(d) -> str:
     return "none: no port named (hicache_nic_interfaces) and no NFS storage server to route to"
 
 
+# The settings a null leaves as the host has them (schema: "None leaves it"), by the desired state's key: the host
+# program neither writes nor reads them, and its report names each as left as it is (`left`), never as a failure.
+LEFT_BY_NULL = {"rings": "hicache_nic_rings", "channels": "hicache_nic_channels", "qos_trust": "hicache_nic_qos_trust",
+                "roce_tos": "hicache_nic_roce_dscp", "max_read_request": "hicache_nic_max_read_request",
+                "cpu_governor": "hicache_nic_cpu_governor"}
+
+
+def left_alone(d) -> dict[str, str]:
+    """The settings of LEFT_BY_NULL whose variable is null here (desired-state key: variable): left as the host has them."""
+    return {key: name for key, name in LEFT_BY_NULL.items() if getattr(d, name[len("hicache_"):]) is None}
+
+
 def desired(d) -> dict:
     pfc = [1 if p in d.nic_pfc_priorities else 0 for p in range(8)] if d.nic_pfc_priorities else None
     return {
@@ -61,6 +73,7 @@ def desired(d) -> dict:
         "irq_affinity": d.nic_irq_affinity,
         "max_read_request": d.nic_max_read_request,
         "cpu_governor": d.nic_cpu_governor,
+        "left": left_alone(d),  # null: neither set nor checked; the program's report names each (`left`)
     }
 
 

@@ -191,10 +191,18 @@ class Var:
     flag: str | None = None  # the SGLang flag this variable renders, if any
     domain: Domain | None = None  # the values it may take beyond its type (None: its type, or choices, says it all)
     secret: bool = False  # never shown: masked in every output, argument_specs' no_log (see hicachectl/secrets.py)
+    # null is a value of its own, apart from "not set": it leaves the host's setting as it is, while the default
+    # (not None) applies only when the variable is not set. See `takes_none` and `value_in`.
+    nullable: bool = False
 
     @property
     def required(self) -> bool:
         return self.default is NO_DEFAULT
+
+    @property
+    def takes_none(self) -> bool:
+        """null is a value the inventory may give: "unset" where the default is None, "leave it" where `nullable`."""
+        return self.default is None or self.nullable
 
 
 def _v(*args, **kwargs) -> Var:
@@ -387,7 +395,7 @@ VARIABLES: tuple[Var, ...] = (
        domain=Domain("KiB, 0 or more", 8192, "range", low=0)),
     _v("hicache_storage_sunrpc_slots", "int", 128,
        "RPC slots per NFS-over-RDMA transport (sunrpc.rdma_slot_table_entries, live and in sysctl.d, with rpcrdma loaded at boot); "
-       "None leaves the kernel's 128. TCP slot tables are never touched.", role="storage",
+       "None leaves the kernel's 128. TCP slot tables are never touched.", role="storage", nullable=True,
        domain=Domain("an integer from 4 to 16384 (xprtrdma's RPCRDMA_MIN/MAX_SLOT_TABLE)", 128, "range", low=4, high=16384)),
     _v("hicache_cache_owner", "str", "root", "Owner of hicache_cache_dir.", role="storage", domain=Domain("a user name or a numeric id", "root", "user-name", pattern=r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?|[0-9]+")),
     _v("hicache_cache_group", "str", "root", "Group of hicache_cache_dir.", role="storage", domain=Domain("a group name or a numeric id", "root", "user-name", pattern=r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?|[0-9]+")),
@@ -399,9 +407,10 @@ VARIABLES: tuple[Var, ...] = (
        domain=Domain("interface names", ["ens1f0np0"], "interface-name",
               items=Domain("an interface name: up to 15 letters, digits and _ . @ + -", "ens1f0np0", "interface-name", pattern=_INTERFACE.pattern), item_types=("str",))),
     _v("hicache_nic_mtu", "int", 9000, "MTU (jumbo frames end to end for NFS over RDMA).", role="nic_tuning", domain=Domain("an MTU ConnectX ports take, 576-9978", 9000, "range", low=576, high=9978)),
-    _v("hicache_nic_rings", "int", 8192, "RX and TX ring size (ethtool -G), capped at the NIC's maximum.", role="nic_tuning", domain=Domain("an integer from 1 to 65536", 8192, "range", low=1, high=65536)),
+    _v("hicache_nic_rings", "int", 8192, "RX and TX ring size (ethtool -G), capped at the NIC's maximum; None leaves them.", role="nic_tuning", nullable=True,
+       domain=Domain("an integer from 1 to 65536", 8192, "range", low=1, high=65536)),
     _v("hicache_nic_channels", "int", None, "Combined channels (ethtool -L); None leaves them.", role="nic_tuning", domain=POSITIVE),
-    _v("hicache_nic_qos_trust", "str", "dscp", "RoCE QoS trust state (mlnx_qos --trust); None leaves it.", choices=("dscp", "pcp"), role="nic_tuning"),
+    _v("hicache_nic_qos_trust", "str", "dscp", "RoCE QoS trust state (mlnx_qos --trust); None leaves it.", choices=("dscp", "pcp"), role="nic_tuning", nullable=True),
     _v("hicache_nic_pfc_priorities", "list", [3], "Priorities with PFC on (mlnx_qos --pfc); [] leaves PFC.", role="nic_tuning",
        domain=Domain("priorities 0-7", [3], "range", items=Domain("a priority 0-7", 3, "range", low=0, high=7), item_types=("int",))),
     _v("hicache_nic_ecn_priorities", "list", [3], "Priorities with RoCE ECN on (notification and reaction point).", role="nic_tuning",
@@ -410,11 +419,12 @@ VARIABLES: tuple[Var, ...] = (
        "/sys/class/net/<if>/ecn is MLNX_OFED/DOCA's); false: a named gap, the host degraded.", role="nic_tuning"),
     _v("hicache_nic_roce_dscp", "int", 26, "DSCP of NFS/RDMA traffic: RDMA-CM's default ToS (configfs rdma_cm/<dev>/ports/<n>/default_roce_tos) "
        "is set to DSCP << 2, as xprtrdma sets none; with trust dscp the default map sends DSCP d to priority d >> 3 (26 -> 3). "
-       "None leaves it.", role="nic_tuning",
+       "None leaves it.", role="nic_tuning", nullable=True,
        domain=Domain("a DSCP 0-63", 26, "range", low=0, high=63)),
     _v("hicache_nic_irq_affinity", "bool", True, "Pin the NIC's IRQs to the CPUs of its NUMA node.", role="nic_tuning"),
     _v("hicache_nic_max_read_request", "int", None, "PCIe MaxReadReq in bytes (128-4096, a power of two); None leaves it.", role="nic_tuning", choices=(128, 256, 512, 1024, 2048, 4096)),
-    _v("hicache_nic_cpu_governor", "str", "performance", "CPU frequency governor; None leaves it.", role="nic_tuning", choices=("performance", "powersave", "ondemand", "conservative", "schedutil", "userspace")),
+    _v("hicache_nic_cpu_governor", "str", "performance", "CPU frequency governor; None leaves it.", role="nic_tuning", nullable=True,
+       choices=("performance", "powersave", "ondemand", "conservative", "schedutil", "userspace")),
     # --- host limits -------------------------------------------------------------------------------
     _v("hicache_limits_memlock", "str", "unlimited", "memlock for login sessions (limits.d) and the runtime service (LimitMEMLOCK); 'unlimited' or KiB.", role="host_limits",
        domain=Domain("unlimited, or a positive number of KiB in quotes", "unlimited", "memlock", pattern=r"unlimited|[1-9][0-9]*")),
@@ -467,8 +477,9 @@ def role_variables(role: str) -> tuple[Var, ...]:
 
 def role_defaults(role: str) -> dict[str, Any]:
     """`defaults/main.yml` of a role: the catalogue's default of every variable it reads that has one. A required
-    variable has none, and one whose default is None ("unset": derived or not used) stays undefined, as
-    Ansible's argument validation would check null against its choices."""
+    variable has none, and one whose default is None ("unset": derived or not used) stays undefined: an undefined
+    variable is not in what the role's argument validation checks. A null the user gives overrides a default here
+    (inventory over role defaults), which is how a `nullable` variable's null reaches the role's plan."""
     return {v.name: default_of(v.name) for v in role_variables(role) if not v.required and v.default is not None}
 
 
@@ -477,6 +488,16 @@ def default_of(name: str) -> Any:
     import copy
 
     return copy.deepcopy(BY_NAME[name].default)
+
+
+def value_in(raw: Any, var: Var) -> Any:
+    """The value `var` takes on a host whose inventory values are `raw`: the one given; null where null is a value
+    of its own (`nullable`: it leaves the setting alone); else, not set or null, its default (None when required).
+    In a role, `raw` holds the role's defaults too (the hicache_vars lookup), so a null there was set by the user."""
+    value = raw.get(var.name)
+    if value is not None or (var.nullable and var.name in raw):
+        return value
+    return None if var.required else default_of(var.name)
 
 
 def domain_sentence(var: Var) -> str:
@@ -488,12 +509,22 @@ _ANSIBLE_TYPES = {"str": "str", "int": "int", "float": "float", "bool": "bool", 
 
 
 def argument_specs(role: str) -> dict:
-    """The `meta/argument_specs.yml` content for a role, from this catalogue."""
+    """The `meta/argument_specs.yml` content for a role, from this catalogue.
+
+    Ansible's role argument validation (ansible/module_utils/common/parameters.py, ansible-core 2.19) takes a null
+    without checking its type only when the option's spec has no default (_validate_argument_types: `value is None
+    and not required and default is None`), and checks every value given, null too, against `choices`
+    (_validate_argument_values). So a variable that takes null (Var.takes_none) lists None among its choices, and
+    one whose null leaves the setting alone while its default is not None (Var.nullable) is of type raw, its type
+    said in the description: the spec keeps its real default for ansible-doc and defaults/main.yml. The types are
+    checked by the role's plan all the same (rules.check_variables)."""
     options = {}
     for var in role_variables(role):
-        spec: dict[str, Any] = {"description": var.doc + domain_sentence(var), "type": _ANSIBLE_TYPES[var.type]}
+        raw = var.nullable and var.default is not None
+        spec: dict[str, Any] = {"description": var.doc + domain_sentence(var) + (f" Type: {var.type}, or null." if raw else ""),
+                                "type": "raw" if raw else _ANSIBLE_TYPES[var.type]}
         if var.choices:
-            spec["choices"] = list(var.choices)
+            spec["choices"] = list(var.choices) + ([None] if var.takes_none else [])
         if var.required:
             spec["required"] = True
         elif var.default is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -99,3 +100,31 @@ def test_a_named_port_that_is_absent_is_reported_by_name(sample_connectx):
     assert rc == 0 and report["missing"] == ["ens9f0np0"] and report["connectx"] == ["ens1f0np0"]
     assert {"what": "ens9f0np0", "reason": "no interface ens9f0np0 on this host (named in hicache_nic_interfaces)"} in report["unavailable"]
     assert not any(u["what"].startswith("ens9f0np0 ") for u in report["unavailable"])  # not once per setting
+
+
+def test_a_null_leaves_the_setting_neither_read_nor_written(sample_connectx):
+    """hicache_nic_rings/qos_trust/cpu_governor/roce_dscp: null (tests/test_nullable.py: the role takes them): the
+    program neither reads nor writes those settings, and its report names each as left as it is, never as a failure."""
+    import dataclasses
+
+    left = deployment("vast", storage_localports=["ens1f0np0"], nic_pfc_priorities=[])
+    left = dataclasses.replace(left, nic_rings=None, nic_qos_trust=None, nic_cpu_governor=None, nic_roce_dscp=None)
+    config = nic.desired(left)
+    assert config["left"] == {"rings": "hicache_nic_rings", "channels": "hicache_nic_channels", "qos_trust": "hicache_nic_qos_trust",
+                              "roce_tos": "hicache_nic_roce_dscp", "max_read_request": "hicache_nic_max_read_request",
+                              "cpu_governor": "hicache_nic_cpu_governor"}
+    for mode in ("--check-json", "--apply-json"):
+        rc, report = program(sample_connectx, mode, config)
+        seen = {c["what"] for c in report["changes"]} | {u["what"] for u in report["unavailable"]} | {f["what"] for f in report["failed"]}
+        assert not {w for w in seen if re.search(r"rings|channels|qos|roce tos|max read request|cpu governor", w)}, seen
+        assert {x["what"] for x in report["left"]} == {"ens1f0np0 rings", "ens1f0np0 channels", "ens1f0np0 qos trust", "ens1f0np0 roce tos",
+                                                       "ens1f0np0 max read request", "cpu governor"}
+        assert {"what": "ens1f0np0 rings", "reason": "hicache_nic_rings is null: left as it is, not checked"} in report["left"]
+    assert (sample_connectx / "sys/devices/system/cpu/cpu0/cpufreq/scaling_governor").read_text() == "powersave\n"  # untouched
+    assert (sample_connectx / "sys/class/net/ens1f0np0/ecn/roce_np/enable/3").read_text() == "1"  # the rest still applied
+
+
+def test_without_nulls_nothing_is_left_but_what_is_unset_by_default(sample_connectx):
+    rc, report = program(sample_connectx, "--check-json", nic.desired(deployment("vast", storage_localports=["ens1f0np0"])))
+    assert {x["what"] for x in report["left"]} == {"ens1f0np0 channels", "ens1f0np0 max read request"}  # their defaults are None
+    assert "ens1f0np0 rings" in {u["what"] for u in report["unavailable"]}  # ethtool absent here: read, so a reason

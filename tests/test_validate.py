@@ -114,6 +114,9 @@ CASES = [
     ("TP size again as an abbreviation argparse expands", {**VALID, "hicache_extra_args": ["--tp=4"]}, None, "managed-flag", "hicache_extra_args[0]", "gpu-a"),
     ("KV dtype in extra args", {**VALID, "hicache_extra_args": ["--kv-cache-dtype", "fp8_e4m3"]}, None, "managed-flag", "hicache_extra_args[0]", "gpu-a"),
     ("an L3 namespace with a slash", {**VALID, "hicache_l3_namespace": "../other"}, None, "l3-namespace", "hicache_l3_namespace", "gpu-a"),
+    # null only where it leaves the setting alone (or means "not set"): elsewhere the role's argument validation refuses it
+    ("null MTU", VALID, {"hicache_nic_mtu": None}, "null", "hicache_nic_mtu", "gpu-b"),
+    ("null PFC priorities", {**VALID, "hicache_nic_pfc_priorities": None}, None, "null", "hicache_nic_pfc_priorities", "gpu-a"),
 ]
 
 
@@ -162,6 +165,15 @@ def test_the_cases_are_distinct():
 def test_shipped_inventories_are_valid():
     for name in ("vast", "netapp", "adp", "local"):
         assert cli_json("validate", "--inventory", name)["ok"] is True
+
+
+def test_the_nulls_that_leave_a_setting_alone_are_valid(tmp_path):
+    """hicache_nic_rings: null and the others whose description says None leaves it (tests/test_nullable.py: the role's
+    own argument validation takes them as well)."""
+    nulls = dict.fromkeys(("hicache_nic_rings", "hicache_nic_qos_trust", "hicache_nic_cpu_governor", "hicache_nic_roce_dscp",
+                           "hicache_nic_max_read_request", "hicache_nic_channels", "hicache_storage_sunrpc_slots"))
+    result = validate_here(make_inventory(tmp_path, {**VALID, **nulls}), "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["ok"] is True, result.output
 
 
 def test_validate_usage_errors_exit_2():

@@ -164,6 +164,13 @@ def check_variables(host: str, raw: Mapping[str, Any], scope: set[str] | None = 
                       f"rename it to {close[0]}." if close else "remove it, or see the README's variable list.")
             continue
         if value is None:
+            # null: "not set" where the default is None, "leave it" where the catalogue says so (Var.takes_none).
+            # Elsewhere the role's argument validation refuses it (ansible/module_utils/common/parameters.py,
+            # _validate_argument_types, for a spec with a default), so it is refused here first, not at deploy.
+            if not var.takes_none and not var.required:
+                out.error(name, "null", "is null, which it does not take: null leaves a setting alone only where the variable's "
+                                        "description says None leaves it.",
+                          f"remove the line to use the default {var.default!r}, or give {_TYPE_WORDS[var.type]}.")
             continue
         before = len(out.findings)
         if not _type_ok(var.type, value):
