@@ -77,21 +77,23 @@ def _doctor_cell(check: Mapping[str, Any]) -> str:
 @common.with_vault
 def status(inventory: str = common.InventoryOpt, limit: str | None = common.LimitOpt, json: bool = common.JsonOpt) -> None:
     """Per host: unit state, since when, image, the config it runs (the inventory's, pending restart, or
-    another), /health, and whether the running server (/server_info) agrees with the inventory.
+    another), /health, the L3 backend attached (GET /hicache/storage-backend), and whether the running server
+    (/server_info) agrees with the inventory; per router: its unit, version, and the workers it lists.
 
     Exit 0: every server is active, healthy and runs the inventory's config; 1 otherwise (not deployed
     included); 2: a host could not be read.
     """
-    from hicachectl import report, runner
+    from hicachectl import runner
     from hicachectl import status as judging
 
     inv, deployments = common.guard(inventory, limit)
-    result = runner.run_playbook("status.yml", inv.path, limit=limit, hosts=deployments)
-    states = {h: result.hosts[h].facts.get("hicache_status_report") for h in deployments}
+    routers = sorted(getattr(inv, "routers", {}))  # the routers --limit matched (inventory.load): status.yml's router play
+    result = runner.run_playbook("status.yml", inv.path, limit=limit, hosts=[*deployments, *routers], routers=routers)
+    states = {h: result.hosts[h].facts.get("hicache_status_report") for h in [*deployments, *routers]}
     verdict = judging.judge_hosts(deployments, {h: s for h, s in states.items() if s is not None},
-                                  {h: common.why_failed(result.hosts[h]) for h, s in states.items() if s is None})
+                                  {h: common.why_failed(result.hosts[h]) for h, s in states.items() if s is None}, routers=routers)
     common.finish(verdict["exit_code"], json, {"inventory": inv.name, "exit_code": verdict["exit_code"], "hosts": verdict["hosts"]},
-                  [report.table(judging.HEADERS, verdict["rows"])])
+                  verdict["lines"])
 
 
 @common.with_vault

@@ -28,6 +28,8 @@ from typing import Any
 
 import yaml
 
+from hicachectl.metrics import SCHEDULER_ONCE, STORAGE_ONCE
+
 SERVER_JOB = "hicache-sglang"
 ROUTER_JOB = "hicache-router"  # the hosts of group hicache_routers (their smg_* metrics)
 TARGETS_FILE = "targets/sglang.json"
@@ -39,9 +41,11 @@ DASHBOARD_UID = "hicache-deploy"
 
 _SRC = "python/sglang/srt/observability/metrics_collector.py (sglang 0.5.20, 0.5.21, 0.5.23)"
 # name -> (type, the SGLang collector that registers it, its labels besides the collector's own). Storage metrics
-# come from every TP rank (labels storage_backend, tp_rank, dp_rank, pp_rank, pp_size, attn_cp_rank, attn_cp_size:
-# python/sglang/srt/mem_cache/unified_cache/storage_attachment.py): the queries read tp_rank="0", as
-# hicachectl/metrics.py does. Scheduler gauges come from attention-TP rank 0 only, so they are summed.
+# come from every TP, PP and attention-CP rank of a server, each counting the same tokens (labels storage_backend,
+# tp_rank, dp_rank, pp_rank, pp_size, attn_cp_rank, attn_cp_size: python/sglang/srt/mem_cache/unified_cache/
+# storage_attachment.py): the queries read rank 0 of each (metrics.STORAGE_ONCE) and sum the DP ranks, as
+# hicachectl/metrics.py does (the reasons are there). Scheduler gauges come from attention-TP rank 0 only, but from
+# every pipeline stage, each scheduling the same requests: read at pp_rank 0 (metrics.SCHEDULER_ONCE), then summed.
 SGLANG_METRICS: dict[str, tuple[str, str]] = {
     "sglang:num_running_reqs": ("gauge", f"SchedulerMetricsCollector, {_SRC}"),
     "sglang:num_queue_reqs": ("gauge", f"SchedulerMetricsCollector, {_SRC}"),
@@ -182,7 +186,7 @@ def _storage_share(by: str, window: str, offset: str = "") -> str:
 
 def alert_rules(down_for: str = "1m") -> dict[str, Any]:
     by = "instance, inventory_host"
-    rank0 = 'tp_rank="0"'
+    rank0 = STORAGE_ONCE  # each token once across TP, PP and attention-CP ranks
     prompt_15m = f"sum by ({by}) (increase(sglang:prompt_tokens_total[15m]))"
     cached_15m = f"sum by ({by}) (increase(sglang:cached_tokens_total[15m]))"
     uncached_15m = f"({prompt_15m} - {_zero_where(cached_15m, '(' + prompt_15m + ')')})"
@@ -265,7 +269,7 @@ def _queries(by: str | None) -> list[tuple[str, str, list[tuple[str, str]], str]
         return f"sum by ({keys}) ({expr})" if keys else f"sum({expr})"
 
     who = "{{inventory_host}} " if by else ""
-    rank0 = 'tp_rank="0"'
+    rank0 = STORAGE_ONCE  # each token once across TP, PP and attention-CP ranks
     prompt = agg(_rate("sglang:prompt_tokens_total", RATE, INSTANCE))
     cached = agg(_rate("sglang:cached_tokens_total", RATE, INSTANCE))
     storage = agg(_rate("sglang:cached_tokens_total", RATE, INSTANCE, 'cache_source="storage"'))
@@ -286,7 +290,7 @@ def _queries(by: str | None) -> list[tuple[str, str, list[tuple[str, str]], str]
          [(who + "backed up", backuped),
           (who + "prefetched", agg(_rate("sglang:prefetched_tokens_total", RATE, INSTANCE, rank0))),
           (who + "found in L3", agg(_rate("sglang:storage_prefetch_hit_tokens_total", RATE, INSTANCE, rank0)))],
-         "StorageMetricsCollector, TP rank 0"),
+         "StorageMetricsCollector, rank 0 of the TP, PP and attention-CP ranks (they count the same tokens), DP ranks summed"),
         ("L3 trouble: prefetch unfulfilled by reason, backups dropped", "tokens/s",
          [(who + "unfulfilled: {{reason}}", agg(_rate("sglang:storage_prefetch_unfulfilled_tokens_total", RATE, INSTANCE, rank0), "reason")),
           (who + "backup dropped", _zero_where(agg(_rate("sglang:hicache_backup_dropped_tokens_total", RATE, INSTANCE, rank0)), "(" + backuped + ")"))],
@@ -295,9 +299,9 @@ def _queries(by: str | None) -> list[tuple[str, str, list[tuple[str, str]], str]
          [(who + "p50", q(0.5)), (who + "p90", q(0.9)), (who + "p99", q(0.99))],
          "sglang:time_to_first_token_seconds_bucket"),
         ("Requests running and queued", "short",
-         [(who + "running", agg(_sel("sglang:num_running_reqs", INSTANCE))),
-          (who + "queued", agg(_sel("sglang:num_queue_reqs", INSTANCE)))],
-         "sglang:num_running_reqs, sglang:num_queue_reqs"),
+         [(who + "running", agg(_sel("sglang:num_running_reqs", INSTANCE, SCHEDULER_ONCE))),
+          (who + "queued", agg(_sel("sglang:num_queue_reqs", INSTANCE, SCHEDULER_ONCE)))],
+         "sglang:num_running_reqs, sglang:num_queue_reqs (pipeline stage 0: every stage schedules the same requests)"),
         ("Servers up", "short",
          [(who + "up", agg(_sel("up", f'job="{SERVER_JOB}"', INSTANCE)))],
          "Prometheus' up for job " + SERVER_JOB),

@@ -45,6 +45,89 @@ def writers(shares: Mapping[str, str | None]) -> dict[str, str]:
     return ring
 
 
+# SGLang's runtime attach/detach of the L3 backend (python/sglang/srt/entrypoints/http_server.py: 0.5.21 lines 1085-1161,
+# 0.5.23 lines 1123-1199; added by sgl-project/sglang#15892, so older servers answer 404): PUT attaches, DELETE detaches,
+# GET answers what is attached now, the tokenizer's view {"hicache_storage_backend", "hicache_storage_backend_extra_config",
+# "hicache_storage_prefetch_policy", "hicache_write_policy"} (null once detached: managers/tokenizer_control_mixin.py
+# detach_hicache_storage); /server_info keeps the values the server started with. All three answer 400 {"error": "This
+# endpoint requires admin API key, ..."} (_admin_api_key_missing_response) on a server started without --admin-api-key;
+# with one they need `Authorization: Bearer <admin key>` (utils/auth.py, AuthLevel.ADMIN_OPTIONAL; 401 otherwise).
+STORAGE_BACKEND_PATH = "/hicache/storage-backend"
+ADMIN_KEY_FLAG = "--admin-api-key"
+_NO_ADMIN_KEY = "requires admin API key"  # in SGLang's 400 answer without --admin-api-key
+L3_BACKEND = "L3 backend"  # the check's name
+
+
+def admin_api_key(d) -> str | None:
+    """The server's --admin-api-key, when the inventory gives it (hicache_extra_args: the only place it can today)."""
+    words = [str(w) for w in d.extra_args or ()]
+    for i, word in enumerate(words):
+        if word == ADMIN_KEY_FLAG and i + 1 < len(words):
+            return words[i + 1]
+        if word.startswith(ADMIN_KEY_FLAG + "="):
+            return word[len(ADMIN_KEY_FLAG) + 1:]
+    return None
+
+
+def storage_backend_request(d) -> dict[str, Any]:
+    """GET /hicache/storage-backend as the server's own host asks it: its URL and headers (the admin key, when the
+    server has one: send them under no_log)."""
+    key = admin_api_key(d)
+    return {"url": f"http://{d.local_host}:{d.effective_port}{STORAGE_BACKEND_PATH}",
+            "headers": {"Authorization": f"Bearer {key}"} if key else {}}
+
+
+def storage_backend_check(d, answer: Mapping[str, Any] | None, info: Mapping[str, Any] | None = None) -> dict[str, str] | None:
+    """Whether the inventory's L3 backend is attached now (a runtime detach shows only in GET /hicache/storage-backend),
+    from that GET's answer (`answer` None: it was not asked) and /server_info (`info`, what the server started with).
+    None when there is nothing to check: no backend in the inventory and none reported attached."""
+    want, code, body = d.storage_backend, _status(answer), _json(answer)
+    fix = "`hicachectl restart` starts the server with the inventory's backend (or attach it again: PUT /hicache/storage-backend)"
+    if code == 200 and isinstance(body, dict) and "hicache_storage_backend" in body:
+        attached = body.get("hicache_storage_backend")
+        if want is None:
+            return None if not attached else _check(L3_BACKEND, FAIL, f"{attached} attached at runtime; the inventory sets no hicache_storage_backend",
+                                                    "`hicachectl restart` starts the server without it (or DELETE /hicache/storage-backend).")
+        if not attached:
+            return _check(L3_BACKEND, FAIL, f"no storage backend attached: {want} was detached at runtime (GET {STORAGE_BACKEND_PATH})",
+                          f"the server reads and writes no L3 page until it is attached again: {fix}.")
+        if attached != want:
+            return _check(L3_BACKEND, FAIL, f"{attached} attached at runtime, the inventory says {want} (GET {STORAGE_BACKEND_PATH})", fix + ".")
+        drift = [f"{what} {body[field]} (inventory: {wanted})" for field, what, wanted in
+                 (("hicache_write_policy", "write policy", d.write_policy), ("hicache_storage_prefetch_policy", "prefetch policy", d.prefetch_policy))
+                 if wanted is not None and body.get(field) not in (None, wanted)]
+        if drift:
+            return _check(L3_BACKEND, FAIL, f"{want} attached, set at runtime to " + ", ".join(drift), fix + ".")
+        return _check(L3_BACKEND, PASS, f"{want} attached (GET {STORAGE_BACKEND_PATH})")
+    if want is None:
+        return None
+    if answer is None:
+        return _check(L3_BACKEND, NOT_CHECKED, f"GET {STORAGE_BACKEND_PATH} was not asked")
+    if code == 404:
+        return _check(L3_BACKEND, NOT_CHECKED, f"the server has no GET {STORAGE_BACKEND_PATH} (SGLang before its runtime attach/detach, "
+                      "sgl-project/sglang#15892): a runtime detach would not show")
+    if code == 400 and _NO_ADMIN_KEY in str((body.get("error") if isinstance(body, dict) else None) or (answer or {}).get("content") or ""):
+        # SGLang refuses DELETE /hicache/storage-backend for the same reason: the backend it started with stays attached.
+        started = info.get("hicache_storage_backend") if isinstance(info, Mapping) else None
+        why = f"the server runs without {ADMIN_KEY_FLAG}, so SGLang refuses a runtime detach (DELETE {STORAGE_BACKEND_PATH}) as it refuses this GET"
+        if started == want:
+            return _check(L3_BACKEND, PASS, f"{want} attached since the start: {why}")
+        if started:
+            return _check(L3_BACKEND, FAIL, f"the server started with {started}, not the inventory's {want}; {why}", "`hicachectl deploy`.")
+        return _check(L3_BACKEND, NOT_CHECKED, f"{why}, but /server_info did not say which backend it started with")
+    if code in (401, 403):
+        given = admin_api_key(d)
+        return _check(L3_BACKEND, NOT_CHECKED, f"GET {STORAGE_BACKEND_PATH} answered {code}: the server wants its admin API key"
+                      + (f", and refused the one {ADMIN_KEY_FLAG} gives in hicache_extra_args" if given else
+                         f"; give it as {ADMIN_KEY_FLAG} in hicache_extra_args"))
+    return _check(L3_BACKEND, NOT_CHECKED, f"GET {STORAGE_BACKEND_PATH} answered {code if code > 0 else 'nothing'}")
+
+
+def detached(check: Mapping[str, Any] | None) -> bool:
+    """Whether a storage_backend_check found the inventory's backend detached at runtime."""
+    return bool(check) and check["status"] == FAIL and check["detail"].startswith("no storage backend attached")
+
+
 def plan(d, salt: str, writer=None) -> dict[str, Any]:
     """URLs, requests and thresholds for one host (what the playbook sends). `writer` is the Deployment of
     the host whose server writes this host's proof prompt to the shared L3 (None or `d`: this host's own)."""
@@ -55,6 +138,7 @@ def plan(d, salt: str, writer=None) -> dict[str, Any]:
     text = prompts.prompt(f"hicache-verify-l3-{d.inventory_host}-{salt}", words)
     return {
         "base_url": f"http://{d.local_host}:{d.effective_port}",
+        "storage_backend": storage_backend_request(d),  # its headers carry the admin API key: use them under no_log
         "unit": render.unit_name(d),
         "health_timeout": d.health_timeout,
         "probe": prompts.chat_request(d.served_name, prompts.prompt(f"hicache-verify-probe-{salt}", 32)),
@@ -133,6 +217,9 @@ def endpoint_checks(d, obs: Mapping[str, Any]) -> list[dict[str, str]]:
                              "the running server is not the inventory's (start.sh changed on the host, or not restarted): "
                              "`hicachectl deploy`.") if drift else
                       _check("server config", PASS, "page size, KV dtype, TP size, write policy and storage backend as the inventory sets them"))
+    backend = storage_backend_check(d, obs.get("storage_backend"), info if isinstance(info, dict) else None)
+    if backend:
+        checks.append(backend)
     chat, usage = obs.get("chat"), _usage(obs.get("chat"))
     if _status(chat) != 200:
         checks.append(_check("chat completion", FAIL, f"answered {_status(chat)}", f"see `journalctl -u {unit}` on the host."))
@@ -190,7 +277,11 @@ def _l3_write(d, writer, obs: Mapping[str, Any]) -> tuple[dict[str, str], bool]:
         return _check("L3 write", PASS, f"{written:.0f} of {prompt_tokens} prompt tokens written to L3{by}"), True
     info = _json(obs.get("writer_info") if writer is not d else obs.get("info_before"))
     policy = (info.get("hicache_write_policy") if isinstance(info, dict) else None) or writer.write_policy or SGLANG_WRITE_POLICY  # what runs
-    if written is None:
+    own = _json(obs.get("info_before")) if writer is d else None
+    if writer is d and detached(storage_backend_check(d, obs.get("storage_backend"), own if isinstance(own, dict) else None)):
+        cause = (f"the storage backend {d.storage_backend} was detached at runtime (GET {STORAGE_BACKEND_PATH} answers none): the server "
+                 "writes nothing to L3 until it is attached again; `hicachectl restart` starts it with the inventory's backend.")
+    elif written is None:
         cause = f"the server{on} reports no sglang:backuped_tokens_total: the storage backend did not start (server log) or metrics are off."
     elif policy == "write_back":
         cause = f"hicache_write_policy write_back{on} writes a page to L3 only when the host pool evicts it, so nothing is on L3 yet; use write_through."

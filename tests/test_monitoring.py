@@ -180,6 +180,15 @@ def test_alert_logic_on_synthetic_series(tmp_path, prometheus_installed):
                              {"eval_time": "30m", "alertname": "HiCacheL3BackupDropped",
                               "exp_alerts": [{"exp_labels": {**grouped, "severity": "warning"},
                                               "exp_annotations": expected("HiCacheL3BackupDropped", "100")}]}]},
+        # PP 2 (both stages log the same tokens) with DP attention 2 (each DP rank its own requests), the label sets of
+        # SGLang's storage_attachment.py (0.5.23 lines 330-338; tp_rank is the attention-TP rank): 150 tokens dropped, not 300
+        {"interval": "1m", "input_series": [
+            series("sglang:hicache_backup_dropped_tokens_total", f"0+{per_minute}x40", storage_backend="file", tp_rank="0", dp_rank=dp,
+                   pp_rank=pp, pp_size="2", attn_cp_rank="0", attn_cp_size="1")
+            for dp, per_minute in (("0", 10), ("1", 5)) for pp in ("0", "1")],
+         "alert_rule_test": [{"eval_time": "30m", "alertname": "HiCacheL3BackupDropped",
+                              "exp_alerts": [{"exp_labels": {**grouped, "severity": "warning"},
+                                              "exp_annotations": expected("HiCacheL3BackupDropped", "150")}]}]},
         # half the L3 hits not read before the prefetch deadline
         {"interval": "1m", "input_series": [
             series("sglang:storage_prefetch_hit_tokens_total", "0+1000x40", storage_backend="file", tp_rank="0"),
@@ -335,6 +344,28 @@ def test_prometheus_scrapes_the_standins_every_panel_has_data_and_a_stopped_serv
             prom.kill()
             prom.wait()
         log.close()
+
+
+# SGLang's StorageMetricsCollector names (observability/metrics_collector.py): logged by every TP, PP and attention-CP
+# rank of a server, each counting the same tokens; the scheduler's gauges by every pipeline stage (metrics.py says why).
+STORAGE_METRICS = {name for name, (_, source) in monitoring.SGLANG_METRICS.items() if source.startswith("StorageMetricsCollector")}
+SCHEDULER_GAUGES = {"sglang:num_running_reqs", "sglang:num_queue_reqs"}
+SELECTOR = re.compile(r"(sglang:[a-z_]+)(\{[^{}]*\})?")
+
+
+def test_every_query_counts_a_token_once_across_the_ranks_of_a_server():
+    """Issue 23: under PP > 1 a query that read tp_rank="0" alone summed every pipeline stage's copy of the same tokens."""
+    assert STORAGE_METRICS >= {metrics.BACKUPED, metrics.STORAGE_HITS, metrics.BACKUP_DROPPED, metrics.PREFETCH_UNFULFILLED}
+    seen = set()
+    for where, expr in all_queries():
+        for name, matchers in SELECTOR.findall(expr):
+            if name in STORAGE_METRICS:
+                seen.add(name)
+                assert all(f'{rank}=~"0|"' in matchers for rank in metrics.REPLICA_RANKS), f"{where}: {name}{matchers}"
+            if name in SCHEDULER_GAUGES:
+                seen.add(name)
+                assert metrics.SCHEDULER_ONCE in matchers and "tp_rank" not in matchers, f"{where}: {name}{matchers}"
+    assert seen >= STORAGE_METRICS | SCHEDULER_GAUGES, seen
 
 
 def test_routers_get_their_own_job_and_targets_file(tmp_path):

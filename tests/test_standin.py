@@ -143,3 +143,58 @@ def test_pages_on_the_tier_have_sglangs_names_and_layout(standin, sglang_env, tm
     proc.kill()
     again, _ = standin(*args, env=env)
     assert chat(ready(again), prompt, model="org/m")["usage"]["prompt_tokens_details"]["cached_tokens"] == 3 * 16
+
+
+def call(url, method="GET", key=None):
+    req = urllib.request.Request(url, method=method, headers={"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_the_storage_backend_api_answers_as_sglangs_and_needs_its_admin_key(standin):
+    """SGLang 0.5.21-0.5.23 entrypoints/http_server.py: GET /hicache/storage-backend is refused with 400 on a server
+    started without --admin-api-key (so is DELETE), 401 without the bearer token (utils/auth.py ADMIN_OPTIONAL), and
+    answers the tokenizer's four fields; a stand-in told it predates sglang#15892 answers 404."""
+    plain, _ = standin()
+    code, body = call(f"http://127.0.0.1:{plain}/hicache/storage-backend")
+    assert code == 400 and "requires admin API key" in json.loads(body)["error"]
+    assert call(f"http://127.0.0.1:{plain}/hicache/storage-backend", "DELETE")[0] == 400
+    keyed, _ = standin("--admin-api-key", "k", "--hicache-write-policy", "write_back")
+    url = f"http://127.0.0.1:{keyed}/hicache/storage-backend"
+    assert call(url) == (401, json.dumps({"error": "Unauthorized"})) and call(url, key="wrong")[0] == 401
+    code, body = call(url, key="k")
+    assert code == 200 and json.loads(body) == {"hicache_storage_backend": None, "hicache_storage_backend_extra_config": None,
+                                                "hicache_storage_prefetch_policy": "timeout", "hicache_write_policy": "write_back"}
+    old, _ = standin("--admin-api-key", "k", env={"STANDIN_NO_STORAGE_BACKEND_API": "1"})
+    assert call(f"http://127.0.0.1:{old}/hicache/storage-backend", key="k")[0] == 404
+
+
+@pytest.mark.slow  # SGLang's storage backends: a start imports torch and SGLang (5-20 s here)
+def test_a_detach_shows_in_the_storage_backend_api_and_stops_l3_and_verify_names_it(standin, sglang_env):
+    """DELETE /hicache/storage-backend as SGLang serves it: GET then answers null, no page is written or read (the
+    storage metrics stay, as SGLang keeps its collector), and verify's check fails naming the backend. The storage
+    metrics carry SGLang's labels, one series per TP and PP rank, and metrics.total counts them once."""
+    from helpers import deployment
+
+    from hicachectl import metrics, verify
+    args = ("--served-model-name", "m", "--page-size", "4", "--tp-size", "2", "--pp-size", "2", "--hicache-storage-backend", "file",
+            "--enable-metrics", "--enable-cache-report", "--admin-api-key", "k")
+    port, _ = standin(*args, env=sglang_env)
+    url = f"http://127.0.0.1:{ready(port)}/hicache/storage-backend"
+    d = deployment("local", page_size=4, storage_backend="file", extra_args=["--admin-api-key", "k"])
+    code, body = call(url, key="k")
+    assert verify.storage_backend_check(d, {"status": code, "json": json.loads(body)})["status"] == "pass"
+    assert chat(port, " ".join(f"a{i}" for i in range(16)))["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    text = get(f"http://127.0.0.1:{port}/metrics")[1]
+    assert text.count("sglang:backuped_tokens_total{") == 4 and 'pp_rank="1",pp_size="2",attn_cp_rank="0"' in text
+    assert metrics.total(text, metrics.BACKUPED) == 16
+    assert call(url, "DELETE", key="k") == (200, "HiCache storage backend detached.\n")
+    code, body = call(url, key="k")
+    check = verify.storage_backend_check(d, {"status": code, "json": json.loads(body)})
+    assert check["status"] == "fail" and "file was detached at runtime" in check["detail"]
+    assert chat(port, " ".join(f"a{i}" for i in range(16)))["usage"]["prompt_tokens_details"]["cached_tokens"] == 0  # no L3 read
+    chat(port, " ".join(f"b{i}" for i in range(16)))
+    assert metrics.total(get(f"http://127.0.0.1:{port}/metrics")[1], metrics.BACKUPED) == 16  # nothing written since

@@ -275,3 +275,86 @@ def test_a_prompt_below_the_prefetch_threshold_is_not_loaded_from_l3(extra, page
                                           reuse=chat(short, 0), reuse_metrics=answered(content=metrics_text(backuped=page))), l3=True)
     assert f"shorter than SGLang's prefetch threshold ({threshold} tokens" in failed(result)["L3 hit after restart"]["cause"]
     assert verify.prefetch_threshold(d) == threshold
+
+
+# --- GET /hicache/storage-backend: a runtime detach --------------------------------------------------------------
+# SGLang's answers (python/sglang/srt/entrypoints/http_server.py, 0.5.23 lines 1183-1199 and 2260-2271, 0.5.21 lines
+# 1146-1161): the tokenizer's four fields, null once DELETE /hicache/storage-backend detached the backend
+# (managers/tokenizer_control_mixin.py detach_hicache_storage); 400 with this error without --admin-api-key; 401
+# {"error": "Unauthorized"} without the bearer token (utils/auth.py); 404 before sgl-project/sglang#15892.
+NO_ADMIN_KEY = {"error": "This endpoint requires admin API key, but this server was started without one (admin-api-key). "
+                         "Restart with --admin-api-key to enable."}
+
+
+def attached(backend="file", write="write_through", prefetch="timeout"):
+    return answered(json={"hicache_storage_backend": backend, "hicache_storage_backend_extra_config": None,
+                          "hicache_storage_prefetch_policy": prefetch, "hicache_write_policy": write})
+
+
+def backend_check(d, result):
+    return next((c for c in result["checks"] if c["check"] == verify.L3_BACKEND), None)
+
+
+def test_a_backend_detached_at_runtime_fails_naming_it(local):
+    result = verify.judge(local, observations(local, storage_backend=attached(None)), l3=False)
+    check = backend_check(local, result)
+    assert not result["ok"] and check["status"] == "fail"
+    assert check["detail"] == "no storage backend attached: file was detached at runtime (GET /hicache/storage-backend)"
+    assert "`hicachectl restart`" in check["cause"]
+    assert verify.detached(check)
+
+
+def test_the_inventorys_backend_attached_passes(local):
+    result = verify.judge(local, observations(local, storage_backend=attached("file")), l3=True)
+    assert result["ok"] and backend_check(local, result) == {"check": "L3 backend", "status": "pass",
+                                                             "detail": "file attached (GET /hicache/storage-backend)", "cause": ""}
+
+
+def test_another_backend_or_policy_attached_at_runtime_fails(local):
+    other = backend_check(local, verify.judge(local, observations(local, storage_backend=attached("nixl")), l3=False))
+    assert other["status"] == "fail" and other["detail"].startswith("nixl attached at runtime, the inventory says file")
+    policy = backend_check(local, verify.judge(local, observations(local, storage_backend=attached("file", write="write_back")), l3=False))
+    assert policy["status"] == "fail" and "write policy write_back (inventory: write_through)" in policy["detail"]
+
+
+def test_a_server_without_the_route_is_not_checked_never_passed(local):
+    result = verify.judge(local, observations(local, storage_backend=answered(404, json={"detail": "Not Found"})), l3=False)
+    check = backend_check(local, result)
+    assert result["ok"] and check["status"] == "not checked" and "sglang#15892" in check["detail"]
+    unasked = backend_check(local, verify.judge(local, observations(local), l3=False))  # a playbook that does not ask it
+    assert unasked["status"] == "not checked" and unasked["detail"] == "GET /hicache/storage-backend was not asked"
+
+
+def test_without_an_admin_key_sglang_refuses_the_detach_too_so_the_started_backend_is_attached(local):
+    info = answered(json={"hicache_storage_backend": "file", "page_size": 64, "served_model_name": local.served_name})
+    result = verify.judge(local, observations(local, info=info, storage_backend=answered(400, json=NO_ADMIN_KEY)), l3=False)
+    check = backend_check(local, result)
+    assert check["status"] == "pass" and check["detail"].startswith("file attached since the start: the server runs without --admin-api-key")
+    unknown = backend_check(local, verify.judge(local, observations(local, storage_backend=answered(400, json=NO_ADMIN_KEY)), l3=False))
+    assert unknown["status"] == "not checked"  # /server_info did not say which backend it started with
+
+
+def test_a_server_that_wants_its_admin_key_is_not_checked(local):
+    check = backend_check(local, verify.judge(local, observations(local, storage_backend=answered(401, json={"error": "Unauthorized"})), l3=False))
+    assert check["status"] == "not checked" and "give it as --admin-api-key in hicache_extra_args" in check["detail"]
+
+
+def test_no_backend_in_the_inventory_and_none_attached_is_no_check():
+    d = deployment("local", storage_backend=None)
+    assert backend_check(d, verify.judge(d, observations(d, storage_backend=attached(None)), l3=False)) is None
+    assert backend_check(d, verify.judge(d, observations(d, storage_backend=answered(404)), l3=False)) is None
+    late = backend_check(d, verify.judge(d, observations(d, storage_backend=attached("file")), l3=False))
+    assert late["status"] == "fail" and late["detail"] == "file attached at runtime; the inventory sets no hicache_storage_backend"
+
+
+def test_the_plan_asks_it_with_the_admin_key_the_inventory_gives():
+    d = deployment("local", port=30001, extra_args=["--admin-api-key", "s3cret"])
+    assert verify.plan(d, "salt")["storage_backend"] == {"url": "http://127.0.0.1:30001/hicache/storage-backend",
+                                                           "headers": {"Authorization": "Bearer s3cret"}}
+    assert verify.admin_api_key(deployment("local", extra_args=["--admin-api-key=k2"])) == "k2"
+    assert verify.plan(deployment("local"), "salt")["storage_backend"]["headers"] == {}
+
+
+def test_nothing_written_after_a_detach_says_so(local):
+    result = verify.judge(local, observations(local, storage_backend=attached(None), fill_metrics=answered(content=metrics_text())), l3=True)
+    assert "was detached at runtime" in failed(result)["L3 write"]["cause"]

@@ -213,7 +213,7 @@ def hicache_verify_judge(observations, hostvars, host, l3=False, writer_hostvars
 
 
 def hicache_metric(text, name):
-    """A metric's total in /metrics text (0 when absent), counted once across TP ranks."""
+    """A metric's total in /metrics text (0 when absent), counted once across the TP, PP and attention-CP ranks of a server (hicachectl/metrics.total)."""
     _core()
     return metrics.total(text, name) or 0
 

@@ -15,7 +15,13 @@ the tests need to observe:
   are open /health answers 503 (a server loading); a backend that cannot be opened ends the server, as in SGLang.
   A warm request's time includes the time the backends took to read its pages from the tier (measured);
 - /server_info: the server arguments the tests compare (served_model_name, page_size, kv_cache_dtype,
-  tp_size, pp_size, revision, hicache_storage_backend, hicache_write_policy), under SGLang's names.
+  tp_size, pp_size, revision, hicache_storage_backend, hicache_write_policy), under SGLang's names;
+- the runtime L3 backend API as SGLang 0.5.21-0.5.23 serves it (entrypoints/http_server.py, utils/auth.py): GET
+  /hicache/storage-backend answers what is attached, DELETE detaches it (then no page is read or written; the metrics
+  stay, as SGLang keeps its storage collector), both refused with SGLang's 400 without --admin-api-key and 401 without
+  its bearer token. Stand-in only: STANDIN_NO_STORAGE_BACKEND_API=1 answers them 404, as SGLang before sglang#15892;
+- storage metrics with SGLang's labels (mem_cache/unified_cache/storage_attachment.py): one series per TP and PP rank,
+  each counting the same tokens, as every rank of a real server does.
 With write_back nothing reaches L3 (the host pool never evicts here). Tokens are whitespace-separated words. Faults for tests:
 STANDIN_NEVER_HEALTHY=1 (a bad image that hangs), STANDIN_EXIT_AT_START=1 (one that dies at start), STANDIN_URING_BROKEN=1 (the NIXL POSIX plugin cannot create its io_uring backend when asked for it).
 HTTP and timing are the standard library's; the L3 pages need SGLang's environment (tests/infra/sglang_env.sh).
@@ -47,6 +53,8 @@ def parse_args(argv):
     parser.add_argument("--hicache-write-policy", default="write_through")
     parser.add_argument("--hicache-storage-backend-extra-config")
     parser.add_argument("--hicache-mem-layout", default="page_first")
+    parser.add_argument("--hicache-storage-prefetch-policy", default="timeout")  # SGLang 0.5.23's default
+    parser.add_argument("--admin-api-key")
     parser.add_argument("--enable-metrics", action="store_true")
     parser.add_argument("--enable-cache-report", action="store_true")
     args, _ = parser.parse_known_args(argv)  # every other SGLang flag is accepted and ignored
@@ -82,6 +90,8 @@ class Server:
         self.never_healthy = os.environ.get("STANDIN_NEVER_HEALTHY") == "1"
         self.prefill_us = float(os.environ.get("STANDIN_PREFILL_US_PER_TOKEN", "20"))
         self.load_us = float(os.environ.get("STANDIN_LOAD_US_PER_TOKEN", "2"))
+        self.attached = args.hicache_storage_backend  # GET /hicache/storage-backend's; None once detached
+        self.no_backend_api = os.environ.get("STANDIN_NO_STORAGE_BACKEND_API") == "1"
         self.lock = threading.Lock()
         self.gpu = threading.Lock()
         self.metrics = {"prompt_tokens_total": 0, "storage_hit": 0, "backuped": 0, "requests": 0}
@@ -121,16 +131,17 @@ class Server:
                 self.running += 1
             started = time.perf_counter()
             keys, hit_pages = [], 0
-            if self.pages:
+            pages = self.pages if self.attached else None  # detached at runtime: no L3 read or write
+            if pages:
                 import sglang_pages
                 keys = sglang_pages.page_keys(sglang_pages.token_ids(tokens), self.args.page_size)
-                found = self.pages.hits(keys)
+                found = pages.hits(keys)
                 if found:  # read from the tier by SGLang's backend
-                    hit_pages, _ = self.pages.load(keys[:found])
+                    hit_pages, _ = pages.load(keys[:found])
             cached = hit_pages * self.args.page_size
             written = 0
-            if self.pages and self.args.hicache_write_policy != "write_back":  # write-through of the pages not yet in L3
-                written = self.pages.store(keys[hit_pages:]) * self.args.page_size
+            if pages and self.args.hicache_write_policy != "write_back":  # write-through of the pages not yet in L3
+                written = pages.store(keys[hit_pages:]) * self.args.page_size
             l3_seconds = time.perf_counter() - started
             time.sleep(((len(tokens) - cached) * self.prefill_us + cached * self.load_us) / 1e6)
             with self.lock:
@@ -140,7 +151,7 @@ class Server:
             self.metrics["storage_hit"] += cached
             self.metrics["backuped"] += written
             self.metrics["requests"] += 1
-            if self.pages:
+            if pages:
                 self.l3_seconds["warm" if cached else "cold"].append(l3_seconds)
         return len(tokens), cached
 
@@ -154,17 +165,26 @@ class Server:
                     counts[i] += 1
             self.ttft_sum[key] = self.ttft_sum.get(key, 0.0) + seconds
 
+    def storage_labels(self):
+        """SGLang's StorageMetricsCollector labels, in its order, for each TP and PP rank (every rank logs the same tokens)."""
+        args, backend = self.args, self.args.hicache_storage_backend or "none"
+        return [f'storage_backend="{backend}",tp_rank="{tp}",dp_rank="0",pp_rank="{pp}",pp_size="{args.pp_size}",'
+                f'attn_cp_rank="0",attn_cp_size="1"' for pp in range(args.pp_size) for tp in range(args.tp_size)]
+
     def metrics_text(self):
-        m, backend = self.metrics, self.args.hicache_storage_backend or "none"
+        m = self.metrics
         lines = [
             f'sglang:prompt_tokens_total{{model_name="{self.args.served_model_name}"}} {m["prompt_tokens_total"]}\n',
             f'sglang:cached_tokens_total{{cache_source="storage"}} {m["storage_hit"]}\n',
-            f'sglang:storage_prefetch_hit_tokens_total{{storage_backend="{backend}",tp_rank="0"}} {m["storage_hit"]}\n',
-            f'sglang:backuped_tokens_total{{storage_backend="{backend}",tp_rank="0"}} {m["backuped"]}\n',
             f'sglang:num_requests_total {m["requests"]}\n',
         ]
-        sched = f'model_name="{self.args.served_model_name}",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"'
-        lines += [f"sglang:num_running_reqs{{{sched}}} {self.running}\n", f"sglang:num_queue_reqs{{{sched}}} {self.queued}\n"]
+        for storage in self.storage_labels():
+            lines += [f"sglang:storage_prefetch_hit_tokens_total{{{storage}}} {m['storage_hit']}\n",
+                      f"sglang:backuped_tokens_total{{{storage}}} {m['backuped']}\n"]
+        # the scheduler's gauges: attention-TP rank 0 of every pipeline stage (observability/metrics_collector.py is_stats_logging_rank)
+        for pp in range(self.args.pp_size):
+            sched = f'model_name="{self.args.served_model_name}",engine_type="unified",tp_rank="0",pp_rank="{pp}",moe_ep_rank="0"'
+            lines += [f"sglang:num_running_reqs{{{sched}}} {self.running}\n", f"sglang:num_queue_reqs{{{sched}}} {self.queued}\n"]
         for streaming, counts in sorted(self.ttft_counts.items()):
             labels = f'model_name="{self.args.served_model_name}",engine_type="unified",is_streaming="{streaming}"'
             lines += [f'sglang:time_to_first_token_seconds_bucket{{{labels},le="{float(b)}"}} {c}\n' for b, c in zip(TTFT_BUCKETS, counts, strict=True)]
@@ -172,12 +192,29 @@ class Server:
                       f"sglang:time_to_first_token_seconds_sum{{{labels}}} {self.ttft_sum[streaming]}\n",
                       f"sglang:time_to_first_token_seconds_count{{{labels}}} {counts[-1]}\n"]
         if self.l3:  # SGLang's StorageMetricsCollector exists only with a storage backend
-            storage = f'storage_backend="{backend}",tp_rank="0"'
-            # tokens read back from L3 (here: every storage hit is read in full, nothing times out)
-            lines.append(f"sglang:prefetched_tokens_total{{{storage}}} {m['storage_hit']}\n")
-            # SGLang creates every reason's series at 0 when the collector starts
-            lines += [f'sglang:storage_prefetch_unfulfilled_tokens_total{{{storage},reason="{reason}"}} 0\n' for reason in UNFULFILLED_REASONS]
+            for storage in self.storage_labels():
+                # tokens read back from L3 (here: every storage hit is read in full, nothing times out)
+                lines.append(f"sglang:prefetched_tokens_total{{{storage}}} {m['storage_hit']}\n")
+                # SGLang creates every reason's series at 0 when the collector starts
+                lines += [f'sglang:storage_prefetch_unfulfilled_tokens_total{{{storage},reason="{reason}"}} 0\n' for reason in UNFULFILLED_REASONS]
         return "".join(lines)
+
+    def admin_refusal(self, authorization):
+        """SGLang's answer to an admin endpoint it refuses, or None: 400 without --admin-api-key (http_server.py
+        _admin_api_key_missing_response), 401 without `Bearer <admin key>` (utils/auth.py, ADMIN_OPTIONAL)."""
+        if not self.args.admin_api_key:
+            return 400, {"error": "This endpoint requires admin API key, but this server was started without one (admin-api-key). "
+                                  "Restart with --admin-api-key to enable."}
+        if authorization != f"Bearer {self.args.admin_api_key}":
+            return 401, {"error": "Unauthorized"}
+        return None
+
+    def storage_backend(self):
+        """GET /hicache/storage-backend: the tokenizer's view of the L3 backend (null fields once detached)."""
+        args = self.args
+        return {"hicache_storage_backend": self.attached,
+                "hicache_storage_backend_extra_config": args.hicache_storage_backend_extra_config if self.attached else None,
+                "hicache_storage_prefetch_policy": args.hicache_storage_prefetch_policy, "hicache_write_policy": args.hicache_write_policy}
 
 
 # SGLang's default TTFT buckets and the prefetch reasons it pre-creates (0.5.23; 0.5.21 lacks deadline).
@@ -216,7 +253,24 @@ def handler_for(server):
                 return self.send(200, server.metrics_text(), "text/plain; version=0.0.4")
             if self.path == "/standin/l3_seconds":  # the stand-in's own, not SGLang's: what its tests compare bench with
                 return self.send(200, server.l3_seconds)
+            if self.path == "/hicache/storage-backend" and not server.no_backend_api:
+                refused = server.admin_refusal(self.headers.get("Authorization"))
+                return self.send(*refused) if refused else self.send(200, server.storage_backend())
             self.send(404, {"error": "not found"})
+
+        def do_DELETE(self):
+            if self.path != "/hicache/storage-backend" or server.no_backend_api:
+                return self.send(404, {"error": "not found"})
+            refused = server.admin_refusal(self.headers.get("Authorization"))
+            if refused:
+                return self.send(*refused)
+            with server.lock:  # SGLang detaches only when no request runs or waits
+                busy = server.running or server.queued
+                if not busy:
+                    server.attached = None
+            if busy:
+                return self.send(400, "Failed to detach HiCache storage backend.\nThere are running or queued requests.\n", "text/plain")
+            self.send(200, "HiCache storage backend detached.\n", "text/plain")
 
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
