@@ -352,6 +352,7 @@ def nic_verdict(report: dict, asked: bool, ecn_required: bool = False) -> dict[s
     inventory requires it (hicache_nic_ecn_required).
     `changes`: what still differs from the inventory (a failure once the role has applied it).
     `ports`: each port selected or left alone, with why (what render's selection found on this host).
+    `left`: each setting a null in the inventory leaves as it is ("None leaves it"): neither set nor read, not checked.
     """
     reasons = [f"{u['what']}: {u['reason']}" for u in report.get("unavailable", [])]
     failures = [f"{f['what']}: {f['reason']}" for f in report.get("failed", [])]
@@ -362,7 +363,8 @@ def nic_verdict(report: dict, asked: bool, ecn_required: bool = False) -> dict[s
     if ecn_required:
         failures, driver = failures + driver, []
     # driver_gaps and ports only where there are some: a verdict without them reads as before (checks.yml defaults them)
-    extra = {k: v for k, v in (("driver_gaps", driver), ("ports", ports)) if v}
+    left = [f"{item['what']}: {item['reason']}" for item in report.get("left", [])]
+    extra = {k: v for k, v in (("driver_gaps", driver), ("ports", ports), ("left", left)) if v}
     if report.get("connectx"):
         return {"failures": failures + reasons, "gaps": [], "changes": changes, **extra}
     if not asked and not report.get("interfaces"):
