@@ -82,6 +82,13 @@ def can_mount(facts, d) -> tuple[bool, str]:
     ok, why = nfs_client(facts)
     if not ok:
         return False, why
+    # The stock kernel refuses the VAST driver's options outright ("nfs: Unknown parameter 'localports'"): say why
+    # instead of trying (the preflight role's vastnfs item fails the host first in a whole run).
+    needs = vastnfs_needed_for(d)
+    if needs:
+        present, state = vastnfs_present(facts)
+        if not present:
+            return False, f"this mount needs the VAST NFS driver for {needs}: {state}"
     if uses_rdma(d):
         return rdma_transport(facts)
     return True, why
@@ -133,15 +140,20 @@ def vastnfs_options_used(d) -> list[str]:
 
 
 def vastnfs_needed_for(d) -> str | None:
-    """Why the mount needs the VAST NFS driver, or None: multipath (remoteports), or nconnect above the stock kernel's 16
-    (fs/nfs/fs_context.c NFS_MAX_CONNECTIONS; vastnfs allows 64)."""
+    """Why the mount needs the VAST NFS driver, or None: multipath (remoteports, with localports: storage.mount adds
+    localports only with remoteports), nconnect above the stock kernel's 16 (fs/nfs/fs_context.c NFS_MAX_CONNECTIONS;
+    vastnfs allows 64), or another of the driver's own options."""
     if d.storage_type != "vast":
         return None
     reasons = []
     if d.storage_remoteports:
-        reasons.append("VAST multipath (remoteports)")
+        reasons.append("VAST multipath (remoteports, localports)")
     if d.storage_nconnect and d.storage_nconnect > 16:
         reasons.append(f"nconnect={d.storage_nconnect} (the stock kernel allows at most 16)")
+    # the driver's own options, as VASTNFS_OPTION_VERSIONS names them from its sources (localports is said above)
+    own = [name for name in vastnfs_options_used(d) if not name.startswith(("remoteports", "localports"))]
+    if own:
+        reasons.append(", ".join(own))
     return " and ".join(reasons) or None
 
 

@@ -181,3 +181,17 @@ def test_remoteports_dns_without_nconnect_needs_4_0_30():
 def test_an_ipv6_netapp_server_still_needs_rpcrdma():
     # proto=rdma6 is still NFS over RDMA (net/sunrpc/xprtrdma/transport.c registers netids rdma and rdma6)
     assert statuses(BARE, deployment("netapp", storage_server="[fd00::10]"))["rpcrdma"] == preflight.MISSING
+
+
+def test_the_storage_role_does_not_try_a_mount_the_stock_kernel_refuses():
+    """The stock kernel refuses the VAST driver's options ("nfs: Unknown parameter 'localports'", fs/nfs/fs_context.c
+    has no such key): with the driver neither loaded nor installed, can_mount says why and the role does not mount."""
+    stock = {**FULL, "vastnfs_version": None, "vastnfs_installed": False}
+    for d, named in ((deployment("vast"), "VAST multipath (remoteports, localports)"),
+                     (deployment("vast", storage_remoteports=None, storage_localports=[], storage_nconnect=32), "nconnect=32")):
+        ok, why = preflight.can_mount(stock, d)
+        assert not ok and why.startswith("this mount needs the VAST NFS driver for") and named in why, why
+        assert "neither loaded nor installed" in why
+        assert preflight.can_mount(FULL, d)[0] and preflight.can_mount(INSTALLED_NOT_LOADED, d)[0]
+    single = deployment("vast", storage_remoteports=None, storage_localports=[], storage_nconnect=16)
+    assert preflight.can_mount(stock, single)[0]  # what the stock kernel mounts is mounted
