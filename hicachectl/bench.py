@@ -231,9 +231,23 @@ def table_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
 TABLE_HEADERS = ["concurrency", "prompt tokens", "cold TTFT s mean/p50/p90", "warm TTFT s mean/p50/p90", "speedup", "warm tokens from L3"]
 
 
+# matplotlib (and numpy, which it needs) are the optional extra `bench` (pyproject.toml): only the chart needs them.
+CHART_EXTRA = "pip install 'hicache-deploy[bench]'"
+
+
+class ChartUnavailable(RuntimeError):
+    """matplotlib cannot be imported: bench measures and reports all the same, without the PNG."""
+
+
 def chart(rows: list[dict[str, Any]], path, title: str) -> None:
-    """TTFT against concurrency, cold and warm (mean, with the p50-p90 range shaded)."""
-    import matplotlib
+    """TTFT against concurrency, cold and warm (mean, with the p50-p90 range shaded). ChartUnavailable without
+    matplotlib (the extra hicache-deploy[bench])."""
+    try:
+        import matplotlib
+    except ImportError as exc:  # not installed (ModuleNotFoundError), or installed but broken (its numpy, its C parts)
+        missing = isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] in ("matplotlib", "numpy")
+        raise ChartUnavailable(f"the chart needs matplotlib, which {'is not installed' if missing else f'cannot be imported ({exc})'}: "
+                               f"{CHART_EXTRA}") from exc
 
     matplotlib.use("Agg")
     from matplotlib import pyplot

@@ -109,14 +109,48 @@ def new_run_id() -> str:
 
 # The task a note of the lock release is filed under: hicachectl's own step after the run (unlock.yml).
 RELEASE_TASK = "release the deploy lock"
+# The task that takes a host's deploy lock, by this name in every playbook that takes it (site.yml, restart.yml,
+# rollback.yml, verify.yml; tests/test_operator_output.py holds them to it): a host it never ran for holds no lock.
+LOCK_TASK = "Take the deploy lock of this host"
 
 
-def release_locks_after(result, inv, run_id: str) -> None:
-    """A run cut short, or a host that failed or was never reached (a stopped rollout), may keep this run's
-    lock: release them (only this run's), or name them (a note on the host)."""
+class LockWatch:
+    """A run's progress (passed on to `show`) that also notes the hosts whose deploy lock this run took (LOCK_TASK
+    ended ok for them): the only hosts a finished run can have left locked."""
+
+    def __init__(self, show):
+        self.show = show
+        self.locked: set[str] = set()
+
+    def __call__(self, host: str, task: str, status: str) -> None:
+        if task == LOCK_TASK and status in ("ok", "changed"):
+            self.locked.add(host)
+        self.show(host, task, status)
+
+
+def touched(outcome) -> bool:
+    """Whether any task of a run ran for the host: its final counts (the whole run's, from Ansible's stats), a failure,
+    a change or an event of the last play. A host no task reached cannot hold this run's lock (a task takes it)."""
+    return bool(outcome.reached or outcome.unreachable or outcome.ok or outcome.changed or outcome.failed or outcome.skipped
+                or outcome.failures or outcome.changes)
+
+
+def release_locks_after(result, inv, run_id: str, *, check: bool = False, locked: set[str] | None = None) -> None:
+    """A run cut short, or a host that failed or was never deployed (a stopped rollout: an earlier play took its
+    lock), may keep this run's lock: release them (only this run's), or name them (a note on the host).
+
+    Of a finished run, only the hosts it took the lock of (`locked`, from LockWatch; without it, the hosts a task
+    ran for) can hold it: a host the run never reached gets neither a release nor a note (its reason says it was not
+    run). A run cut short has no final report, so every host of it is released. Check mode writes no lock (the
+    hicache_lock module: "In check mode nothing is written"): nothing to release."""
     from hicachectl import runner
 
-    held = sorted(result.hosts) if result.interrupted else sorted(h for h, r in result.hosts.items() if not r.good)
+    if check:
+        return
+    if result.interrupted:
+        held = sorted(result.hosts)
+    else:
+        held = sorted(h for h, r in result.hosts.items() if not r.good and (h in locked if locked is not None else touched(r)))
     if not held:
         return
     released = runner.run_playbook("unlock.yml", inv.path, limit=",".join(held), hosts=held, extravars={"__hicache_run_id": run_id})
@@ -150,7 +184,9 @@ def run_and_report(playbook: str, inventory: str, limit: str | None, json: bool,
     # With routers a change rolls one server at a time by default (hicache_serial 0 would take every server out of
     # the routers at once): the others serve meanwhile.
     extravars = play_vars(deployments, rolling or bool(getattr(inv, "routers", {})), {**(extravars or {}), "__hicache_run_id": run_id})
-    result = runner.run_playbook(playbook, inv.path, limit=limit, check=check, diff=show_diff or check, progress=common.progress,
+    # each change said once: live here, or in the report with its content (plan, --check, --diff)
+    watch = LockWatch(common.Progress(changes=not common.lists_changes(check, show_diff)))
+    result = runner.run_playbook(playbook, inv.path, limit=limit, check=check, diff=show_diff or check, progress=watch,
                                  extravars=extravars, hosts=[*deployments, *routers], routers=routers)
-    release_locks_after(result, inv, run_id)
+    release_locks_after(result, inv, run_id, check=check, locked=watch.locked)
     common.report_run(inv, result, json=json, check=check, verb=verb, show_diff=show_diff, hidden=hidden)

@@ -83,7 +83,8 @@ def load(inventory: str, limit: str | None):
 
 def check(inventory: str, limit: str | None, overrides: dict | None = None):
     """Load and check every host; nothing is contacted. Returns (inventory, deployments, findings)."""
-    from hicachectl import rules
+    from hicachectl import rules, schema
+    from hicachectl.rules.variables import plain_text_secrets
 
     inv = load(inventory, limit)
     deployments, findings = {}, []
@@ -96,7 +97,13 @@ def check(inventory: str, limit: str | None, overrides: dict | None = None):
     findings.extend(rules.check_routed(deployments, getattr(inv, "routers", {}), getattr(inv, "connections", None)))
     for host, variables in getattr(inv, "routers", {}).items():  # a router host: only the router's variables
         findings.extend(rules.check_host(host, {**variables, **(overrides or {})}, role="router")[1])
-    return inv, deployments, _masked_findings(findings, inv.hosts.values())
+    every = {**inv.hosts, **getattr(inv, "routers", {})}
+    router_reads = {v.name for v in schema.role_variables("router")}  # a router host: what the router role reads
+    for host, written in getattr(inv, "plain_secrets", {}).items():  # a hub token in clear in group_vars: Vault, please
+        if host in getattr(inv, "routers", {}):
+            written = {path: where for path, where in written.items() if path.split(".")[0] in router_reads}
+        findings.extend(plain_text_secrets(host, written, every.get(host, {})))
+    return inv, deployments, _masked_findings(findings, every.values())
 
 
 def refuse_invalid(inv, findings: list, refusal: str | None = None, *, judged: list | None = None) -> None:
@@ -154,6 +161,33 @@ def progress(host: str, task: str, status: str) -> None:
         say(f"  {host}: {task} ... {status}")
 
 
+class Progress:
+    """The progress of a run that changes hosts, on stderr as it happens: `  host: task ... status` for what is not
+    simply ok. A task says each status once per host while it runs (a loop reports each item, then itself: one line).
+    With `changes=False` a change is not said here: the report lists each change with its content (plan, --check,
+    --diff), so every change is said once, there; otherwise this line is where it is said (report_run lists none)."""
+
+    def __init__(self, changes: bool = True):
+        self.changes = changes
+        self.current: dict[str, tuple[str, set[str]]] = {}  # host -> (its task under way, the statuses said for it)
+
+    def __call__(self, host: str, task: str, status: str) -> None:
+        current, said_now = self.current.get(host, (None, set()))
+        if current != task:
+            said_now = set()
+            self.current[host] = (task, said_now)
+        if status == "ok" or (status == "changed" and not self.changes) or status in said_now:
+            return
+        said_now.add(status)
+        say(f"  {host}: {task} ... {status}")
+
+
+def lists_changes(check: bool, show_diff: bool) -> bool:
+    """Whether a run's report lists each change (with its content): in check mode (what would change is the plan) and
+    with --diff. Otherwise the progress said each change as it happened (Progress), and the report does not again."""
+    return check or show_diff
+
+
 def said(records: Iterable) -> str:
     """Records (failures, gaps) as one line: "task: reason; task (item): reason"."""
     return "; ".join(map(str, records))
@@ -164,20 +198,27 @@ def why_failed(outcome) -> str:
     return said(outcome.failures) or outcome.status
 
 
-def host_reason(h) -> str:
-    """The reason column of a run's table (and its --json "reason"): failures, what cut it short, tolerated gaps."""
+def host_reasons(h) -> list[str]:
+    """The parts of a host's reason, each once: failures, what cut it short, tolerated gaps."""
     parts = [str(f) for f in h.failures]
     if h.interrupted:
         parts.append("the run was cut short before this host finished: its state is unknown; run the command again")
     if h.status == "not run":
         parts.append("the run never reached this host (an earlier batch failed, or the play stopped)")
     parts += [str(g) for g in h.gaps]
-    return "; ".join(dict.fromkeys(parts))
+    return list(dict.fromkeys(parts))
+
+
+def host_reason(h) -> str:
+    """The reason of a run's table as one text (its --json "reason"): host_reasons joined by "; "."""
+    return "; ".join(host_reasons(h))
 
 
 def report_run(inv, result, *, json: bool, check: bool, verb: str, show_diff: bool, hidden) -> NoReturn:
-    """The report of a playbook run: each change (with its diff), note and gap, the host table; or --json. Secret
-    values (`hidden`) show as ********. Exit 0 when every host ended ok, changed or degraded, else 1."""
+    """The report of a playbook run: each change with its diff (in check mode and with --diff: lists_changes; else
+    the progress said each as it happened), each failure, note and gap in full, the host table; or --json (every
+    change, always).
+    Secret values (`hidden`) show as ********. Exit 0 when every host ended ok, changed or degraded, else 1."""
     from hicachectl import secrets
 
     payload = secrets.mask({"inventory": inv.name, "check": check, "ok": result.succeeded, "interrupted": result.interrupted,
@@ -186,19 +227,52 @@ def report_run(inv, result, *, json: bool, check: bool, verb: str, show_diff: bo
            _run_lines(result, check=check, verb=verb, show_diff=show_diff, hidden=hidden))
 
 
+# The host table of a run: a line is at most this wide (the reason column wraps under itself), and beyond this many
+# hosts, hosts with one outcome (status, counts, reason) share a row, named as validate names them (gpu-[01:04]).
+TABLE_WIDTH = 120
+GROUP_ABOVE = 8
+# A group is one row only if its hosts fold into this many names at most (every host stays named in the table).
+GROUP_NAMES = 6
+
+
+def _group_name(hosts: list[str]) -> str | None:
+    """The hosts of one outcome as one table cell (gpu-[01:04], cpu-a), or None when they do not fold into a few names."""
+    from hicachectl.rules import compact_hosts
+
+    named = compact_hosts(hosts, limit=len(hosts))
+    return named if named.count(", ") < GROUP_NAMES else None
+
+
+def run_table(hosts: Iterable, *, check: bool, verb: str, hidden) -> str:
+    """The host table of a run: status, counts and the reason, wrapped within its column (an SSH error's own line
+    breaks never split a row); with more than GROUP_ABOVE hosts, those with one outcome on one row."""
+    from hicachectl import report, secrets
+
+    rows = [[h.host, verb if check and h.status == "changed" else h.status, h.ok, h.changed, h.failed,
+             [secrets.mask_text(part, hidden) for part in host_reasons(h)]] for h in sorted(hosts, key=lambda r: r.host)]
+    if len(rows) > GROUP_ABOVE:
+        rows = report.grouped(rows, _group_name)
+    return report.table(["host", "status", "ok", "changed", "failed", "reason"], rows, width=TABLE_WIDTH)
+
+
 def _run_lines(result, *, check: bool, verb: str, show_diff: bool, hidden) -> Iterable[str]:
     from hicachectl import report, secrets
 
     hosts = sorted(result.hosts.items())
+    if lists_changes(check, show_diff):
+        for name, host in hosts:
+            for change in host.changes:
+                yield f"{name}: {verb}: {change.task}" + (f" [{change.item}]" if change.item else "")
+                if show_diff:
+                    for entry in change.diff:
+                        text = secrets.mask_text(report.unified_diff(entry), hidden)
+                        if text:
+                            yield text.rstrip("\n")
+    # Every record in full, one line each (an SSH error's own line breaks as " / "), before the table that wraps them.
     for name, host in hosts:
-        for change in host.changes:
-            yield f"{name}: {verb}: {change.task}" + (f" [{change.item}]" if change.item else "")
-            if show_diff:
-                for entry in change.diff:
-                    text = secrets.mask_text(report.unified_diff(entry), hidden)
-                    if text:
-                        yield text.rstrip("\n")
-    for name, host in hosts:
+        for failure in host.failures:
+            said = f"{name}: {failure}" if failure.task == "unreachable" else f"{name}: failed: {failure}"
+            yield secrets.mask_text(report.one_line(said), hidden)
         for note in host.notes:
             yield secrets.mask_text(f"{name}: note: {note.text}", hidden)
         for gap in host.gaps:
@@ -206,7 +280,4 @@ def _run_lines(result, *, check: bool, verb: str, show_diff: bool, hidden) -> It
     if result.interrupted:
         yield f"INTERRUPTED: {result.interrupted}; no host's outcome is known."
     yield ""
-    yield report.table(["host", "status", "ok", "changed", "failed", "reason"],
-                       [[h.host, verb if check and h.status == "changed" else h.status, h.ok, h.changed, h.failed,
-                         secrets.mask_text(host_reason(h), hidden)]
-                        for h in sorted(result.hosts.values(), key=lambda r: r.host)])
+    yield run_table(result.hosts.values(), check=check, verb=verb, hidden=hidden)

@@ -1,7 +1,9 @@
 """Read an Ansible inventory with Ansible's own loader and return each host's variables.
 
 Vault works as in Ansible: ANSIBLE_VAULT_PASSWORD_FILE, ANSIBLE_VAULT_IDENTITY_LIST and the options the CLI
-hands to `use_vault` (the same ones reach ansible-playbook through `vault_for_runner`). Ansible's own warnings
+hands to `use_vault` (the same ones reach ansible-playbook through `vault_for_runner`). Which secret values are
+written in plain text in an inventory file (not `!vault`, not a file encrypted whole, not a lookup) is recorded
+as `Inventory.plain_secrets`, where each is written, never what. Ansible's own warnings
 are captured while loading, never printed raw: the caller gets them as `Inventory.notes`. Every failure is an
 InventoryError of one line naming the file (and line) it comes from.
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import pathlib
 import re
@@ -47,6 +50,21 @@ class Inventory:
     notes: list[str] = dataclasses.field(default_factory=list)  # what Ansible warned about while reading it
     connections: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # host -> CONNECTION_VARS it sets
     routers: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # router host (group ROUTERS) -> its variables
+    # host (server or router) -> {secret variable path, e.g. hicache_container_env.HF_TOKEN: where it is written}: the
+    # secrets an inventory file holds in plain text (validate warns: hicachectl.rules.variables.plain_text_secrets).
+    plain_secrets: dict[str, dict[str, Written]] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Written:
+    """Where a value is written in plain text (never the value): the file and line; `referenced`: the host's variable
+    is a template naming another variable (`{{ hf_token }}`), and that one is written there."""
+    file: str
+    line: int | None = None
+    referenced: bool = False
+
+    def __str__(self) -> str:
+        return self.file + (f" line {self.line}" if self.line else "")
 
 
 # The group of router hosts: they run the SGLang router (role router), never a server. Every other host is a server.
@@ -266,6 +284,70 @@ def _parse_failure(notes: list[str], path: pathlib.Path) -> str | None:
     return f"{path}: {reason}"
 
 
+# --- where a secret is written ---------------------------------------------------------------------------
+
+@functools.cache
+def _may_hold_secrets() -> frozenset[str]:
+    """The variables whose leaves may be secret (hicachectl.secrets says which are)."""
+    from hicachectl import secrets
+
+    return frozenset(secrets.secret_variables()) | {"hicache_container_env", "hicache_extra_config"}
+
+
+def _plain_text(templar, raw: Any, value: Any, path: str, written: dict[str, Written]) -> None:
+    """Record in `written` each leaf of `value` (templated from `raw`) that an inventory file holds in plain text, by
+    Ansible's own tags on the value (ansible-core 2.19+, ansible/_internal/_datatag/_tags.py): not a `!vault` value (an
+    EncryptedString, decrypted with a VaultedValue tag: ansible/parsing/vault/__init__.py), not from a lookup (its
+    Origin has no file: the environment, a password manager), not from a file encrypted whole (ansible-vault encrypt,
+    DataLoader tags only the file's container: ansible/parsing/dataloader.py, so the file itself is read), and not
+    made by a template from parts (its parts are not known). A reference to another variable (`{{ vault_token }}`)
+    is judged by where that variable is written."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _plain_text(templar, raw.get(k) if isinstance(raw, dict) else None, v, f"{path}.{k}", written)
+        return
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            _plain_text(templar, raw[i] if isinstance(raw, list) and i < len(raw) else None, v, f"{path}.{i}", written)
+        return
+    try:
+        from ansible._internal._datatag._tags import Origin, VaultedValue
+        from ansible.parsing.vault import EncryptedString
+    except ImportError:  # pragma: no cover - an ansible-core before 2.19 (pyproject.toml requires 2.19): not known
+        return
+    if value is None or isinstance(raw, EncryptedString) or VaultedValue.is_tagged_on(value):
+        return
+    origin = Origin.get_tag(value)
+    if origin is None or not origin.path:
+        return
+    template = raw is not None and templar.is_template(raw)
+    if template and Origin.get_tag(raw) == origin:
+        return
+    if _encrypted_file(origin.path):
+        return
+    written[path] = Written(origin.path, origin.line_num, referenced=template)
+
+
+@functools.cache
+def _encrypted_file(path: str) -> bool:
+    """The file is encrypted whole with Ansible Vault (ansible.parsing.vault.is_encrypted_file reads its header)."""
+    from ansible.parsing.vault import is_encrypted_file
+
+    try:
+        with open(path, "rb") as handle:
+            return is_encrypted_file(handle)
+    except OSError:
+        return False
+
+
+def _plain_secrets(variables: dict[str, Any], written: dict[str, Written]) -> dict[str, Written]:
+    """Of the leaves written in plain text, those that hold a secret (hicachectl.secrets.secret_paths)."""
+    from hicachectl import secrets
+
+    secret = secrets.secret_paths(variables)
+    return {p: where for p, where in written.items() if p in secret or any(p.startswith(s + ".") for s in secret)}
+
+
 # --- loading ---------------------------------------------------------------------------------------------
 
 def _open(path: pathlib.Path, notes: list[str]):
@@ -288,7 +370,9 @@ def _open(path: pathlib.Path, notes: list[str]):
     return loader, manager, VariableManager(loader=loader, inventory=manager)
 
 
-def _host_vars(loader, variables, host, path: pathlib.Path, names, notes: list[str]) -> dict[str, Any]:
+def _host_vars(loader, variables, host, path: pathlib.Path, names, notes: list[str], written: dict[str, Written] | None = None) -> dict[str, Any]:
+    """The host's variables whose names `names` accepts, templated. With `written`, where each leaf of the variables
+    that may hold a secret is written in plain text (`_plain_text`): leaf path -> Written."""
     from ansible.errors import AnsibleError
     from ansible.template import Templar
 
@@ -299,9 +383,12 @@ def _host_vars(loader, variables, host, path: pathlib.Path, names, notes: list[s
             templar = Templar(loader=loader, variables=host_vars)
             for key in [k for k in host_vars if names(k)]:
                 try:
-                    out[key] = plain(templar.template(host_vars[key]))
+                    value = templar.template(host_vars[key])
                 except AnsibleError as exc:
                     raise InventoryError(describe(exc, str(path), f"{key} (host {host.name})")) from exc
+                if written is not None and key in _may_hold_secrets():
+                    _plain_text(templar, host_vars[key], value, key, written)
+                out[key] = plain(value)
     except AnsibleError as exc:
         raise InventoryError(describe(exc, str(path))) from exc
     return out
@@ -321,14 +408,18 @@ def load(name_or_path: str, limit: str | None = None) -> Inventory:
     if not hosts:
         raise InventoryError(f"{path}: no hosts{' match ' + repr(limit) if limit else ''}.")
     routers = {h.name for h in manager.groups[ROUTERS].get_hosts()} if ROUTERS in manager.groups else set()
-    servers, router_vars, connections = {}, {}, {}
+    servers, router_vars, connections, plain_secrets = {}, {}, {}, {}
     for host in hosts:
-        found = _host_vars(loader, variables, host, path, lambda k: k.startswith(PREFIX) or k in CONNECTION_VARS, notes)
-        (router_vars if host.name in routers else servers)[host.name] = {k: v for k, v in found.items() if k.startswith(PREFIX)}
+        written: dict[str, Written] = {}
+        found = _host_vars(loader, variables, host, path, lambda k: k.startswith(PREFIX) or k in CONNECTION_VARS, notes, written)
+        own = {k: v for k, v in found.items() if k.startswith(PREFIX)}
+        (router_vars if host.name in routers else servers)[host.name] = own
         connections[host.name] = {k: v for k, v in found.items() if k in CONNECTION_VARS}
+        if shown := _plain_secrets(own, written):
+            plain_secrets[host.name] = shown
     _refuse_duplicate_keys(notes)
     return Inventory(name=name_or_path, path=path, hosts=servers, notes=list(dict.fromkeys(notes)), connections=connections,
-                     routers=router_vars)
+                     routers=router_vars, plain_secrets=plain_secrets)
 
 
 def _refuse_duplicate_keys(notes: list[str]) -> None:

@@ -13,20 +13,42 @@ from typing import Any
 
 def _one_line(cell: Any) -> str:
     """A cell on one line: a text with line breaks (an SSH error's own lines) keeps them as " / ", so no row of a table
-    is ever split by its content."""
+    is ever split by its content. A list or tuple (the parts of a reason) is its parts joined by "; "."""
+    if isinstance(cell, (list, tuple)):
+        return "; ".join(_one_line(part) for part in cell)
     text = "" if cell is None else str(cell)
     return " / ".join(part.strip() for part in text.splitlines() if part.strip()) if "\n" in text or "\r" in text else text
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], wrap: int | None = None) -> str:
+one_line = _one_line  # a text as one line of output, its own line breaks as " / "
+
+
+def _parts(cell: Any) -> list[str]:
+    """The parts of a wrapped cell, each on lines of its own: a list's items, or a text's "; "-joined parts."""
+    if isinstance(cell, (list, tuple)):
+        return [_one_line(part) for part in cell] or [""]
+    text = _one_line(cell)
+    return text.split("; ") if text else [""]
+
+
+# The narrowest a wrapped last column gets (with `width`), however wide the columns before it are.
+MIN_WRAP = 40
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], wrap: int | None = None, width: int | None = None) -> str:
     """Columns aligned; every cell on one line. With `wrap`, the last column (a reason) is wrapped at that width:
-    its continuation lines start under it, and a "; "-joined reason starts each part on a line of its own."""
-    rows = [[_one_line(c) for c in row] for row in rows]
+    its continuation lines start under it, and a "; "-joined reason starts each part on a line of its own. With
+    `width`, the same, `wrap` chosen so that a line is at most `width` wide (the last column at least MIN_WRAP)."""
+    given = [list(row) for row in rows]
+    rows = [[_one_line(c) for c in row] for row in given]
+    if width is not None and headers:
+        before = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers[:-1])]
+        wrap = max(MIN_WRAP, width - sum(before) - 2 * len(before))
     if wrap is None:
         widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
         line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()  # noqa: E731
         return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
-    wrapped = [_wrapped(r[-1], wrap) if r else [""] for r in rows]
+    wrapped = [_wrapped(_parts(g[-1]), wrap) if g else [""] for g in given]
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers[:-1])]
     widths.append(max([len(headers[-1])] + [len(part) for parts in wrapped for part in parts]))
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()  # noqa: E731
@@ -37,8 +59,9 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], wrap: int | Non
     return "\n".join(out)
 
 
-def _wrapped(text: str, width: int) -> list[str]:
-    parts = [p for p in text.split("; ")] if text else [""]
+def _wrapped(parts: list[str], width: int) -> list[str]:
+    """Each part from the start of a line, wrapped at `width`, its continuation lines indented by two; "; " ends all
+    but the last."""
     lines = []
     for i, part in enumerate(parts):
         lines += textwrap.wrap(part + (";" if i < len(parts) - 1 else ""), width, break_on_hyphens=False,
@@ -46,13 +69,19 @@ def _wrapped(text: str, width: int) -> list[str]:
     return lines
 
 
-def grouped(rows: Iterable[Sequence[Any]], compact: Callable[[list[str]], str]) -> list[list[Any]]:
+def grouped(rows: Iterable[Sequence[Any]], compact: Callable[[list[str]], str | None]) -> list[list[Any]]:
     """Rows that differ only in their first cell (the host) as one row, the hosts named by `compact` (as validate
-    names them: gpu-[01:04]); in the order each outcome first appears."""
-    groups: dict[tuple, list[str]] = {}
+    names them: gpu-[01:04]); in the order each outcome first appears. Where `compact` gives None (the hosts do not
+    fold into a short name), that outcome keeps a row per host."""
+    groups: dict[tuple, tuple[list[Any], list[str]]] = {}
     for row in rows:
-        groups.setdefault(tuple(_one_line(c) for c in row[1:]), []).append(str(row[0]))
-    return [[compact(hosts), *rest] for rest, hosts in groups.items()]
+        cells = [c if isinstance(c, (list, tuple)) else _one_line(c) for c in row[1:]]  # a reason's parts stay parts
+        groups.setdefault(tuple(_one_line(c) for c in row[1:]), (cells, []))[1].append(str(row[0]))
+    out: list[list[Any]] = []
+    for rest, hosts in groups.values():
+        name = hosts[0] if len(hosts) == 1 else compact(hosts)
+        out += [[name, *rest]] if name is not None else [[host, *rest] for host in hosts]
+    return out
 
 
 def emit_json(data: Any) -> None:

@@ -92,6 +92,20 @@ def values(source: Any) -> list[str]:
     return sorted((t for t in texts if t), key=len, reverse=True)
 
 
+def secret_paths(source: Any) -> set[str]:
+    """Where one host's secrets sit, as dotted paths: the catalogue's secret variables, hicache_container_env.NAME of
+    each secret key, and every leaf under a secret key of hicache_extra_config (hicache_extra_config.a.0.secret_key)."""
+    variables, keys = _vars(source), secret_keys(source)
+    paths = set(secret_variables())
+    env = variables.get("hicache_container_env")
+    if isinstance(env, Mapping):
+        paths |= {f"hicache_container_env.{k}" for k in env if str(k) in keys}
+    config = variables.get("hicache_extra_config")
+    if isinstance(config, (Mapping, list)):
+        paths |= {"hicache_extra_config." + ".".join(path) for path, _ in _walk(config) if any(p in keys for p in path)}
+    return paths
+
+
 def all_values(sources: Iterable[Any]) -> list[str]:
     """The secret values of several hosts (one host's secret is masked in another's output too)."""
     texts = {t for source in sources if source is not None for t in values(source)}

@@ -204,7 +204,8 @@ def test_a_runs_report_renders_notes_gaps_and_failures_from_their_records(capsys
     failed = HostResult("gpu-b", reached=True, failed=1, failures=[Record("Pull the image", "denied")])
     code, out = run_report(capsys, RunResult(2, {"gpu-b": failed, "gpu-a": degraded}))
     assert code == 1
-    assert out.splitlines()[:3] == ["gpu-a: note: restarted with ********", "gpu-a: degraded: Tune the NICs: no port for token ********", ""]
+    assert out.splitlines()[:4] == ["gpu-a: note: restarted with ********", "gpu-a: degraded: Tune the NICs: no port for token ********",
+                                    "gpu-b: failed: Pull the image: denied", ""]
     assert "gpu-b  failed    0   0        1       Pull the image: denied" in out
     assert "s3cr3t" not in out
 

@@ -205,3 +205,50 @@ def check_variables(host: str, raw: Mapping[str, Any], scope: set[str] | None = 
         if var.required and raw.get(var.name) is None and (scope is None or var.name in scope):
             out.error(var.name, "required", "is not set.", f"set {var.name} ({var.doc})")
     return out.findings
+
+
+def _credential_free_url(value: Any) -> bool:
+    """A URL without a user, password or query in it (a plain pip mirror as hicache_router_index_url): nothing to hide."""
+    import urllib.parse
+
+    if not isinstance(value, str) or "://" not in value:
+        return False
+    try:
+        parts = urllib.parse.urlsplit(value)
+    except ValueError:
+        return False
+    return bool(parts.netloc) and "@" not in parts.netloc and not parts.query
+
+
+def _leaf(raw: Mapping[str, Any], path: str) -> Any:
+    """The value at a dotted path (hicache_extra_config.a.0.secret_key), or None."""
+    value: Any = raw
+    for part in path.split("."):
+        if isinstance(value, Mapping):
+            value = value.get(part)
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            return None
+    return value
+
+
+def plain_text_secrets(host: str, written: Mapping[str, Any], raw: Mapping[str, Any]) -> list[Finding]:
+    """A warning for each secret an inventory file holds in plain text (`written`: path -> hicachectl.inventory.Written,
+    as the loader records it in Inventory.plain_secrets), naming the host, the variable and the file, never the value.
+    A value from Ansible Vault (`!vault`, or a file encrypted whole) or from a lookup (the environment) is not among
+    them. The fix is Ansible's own (`ansible-vault encrypt_string --prompt` asks for the name, then the value hidden:
+    ansible/cli/vault.py)."""
+    out = _Collector(host)
+    for path, where in sorted(written.items()):
+        if _credential_free_url(_leaf(raw, path)):
+            continue
+        key = path.rsplit(".", 1)[-1]  # what the value is called where it is written: the variable, or its key
+        if where.referenced:  # `{{ hf_token }}`: that variable is the one to encrypt
+            said, named, block = f"from a variable written in plain text in {where}", "the name of the variable on that line", "the block"
+        else:
+            said, named, block = f"written in plain text in {where}", f"the name {key}", f"the `{key}: !vault |` block"
+        out.warn(path, "secret-in-plain-text", f"is a secret {said}: anyone who can read the inventory, or its history, has it.",
+                 f"put it in Ansible Vault: run `ansible-vault encrypt_string --prompt`, give {named} and the value (hidden), and put "
+                 f"{block} it prints in {where.file} in place of that line; or read it from the environment (\"{{{{ lookup('env', 'NAME') }}}}\").")
+    return out.findings

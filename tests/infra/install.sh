@@ -11,7 +11,8 @@ fi
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 stamp=".venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
-  .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+  # bench: the suite's bench tests check the chart (tests/test_bench.py, tests/fleet/test_fleet_router.py)
+  .venv/bin/pip install -q --disable-pip-version-check -e '.[test,bench]'
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
