@@ -1,6 +1,7 @@
 """Run inside the SGLang venv: feed command lines through SGLang's own parser and report the result.
 
-stdin: JSON list of {"argv": [...], "files": {"/cfg/name": "content"}}; stdout: JSON list of results.
+stdin: JSON list of {"argv": [...], "files": {"/cfg/name": "content"}}; stdout: JSON list of results (with --serve:
+one list per line, one report per line).
 Each result says whether SGLang accepted the argv, which flags were not spelled exactly (argparse
 would accept an abbreviation), which explicitly given values SGLang's HiCache resolution rewrote,
 the parsed arguments, and what the storage extra-config becomes (SGLang's own extra-config parser,
@@ -152,12 +153,21 @@ def check(request, workdir):
 
 
 def main():
+    """One JSON list of requests on stdin, one report on stdout; with --serve, one list per line and one report per
+    line, for as long as stdin is open (the test session keeps one such process per SGLang version: importing SGLang
+    costs far more than parsing). Each request starts from the same environment (check), so the answers are the same."""
     import sglang
 
-    requests = json.load(sys.stdin)
-    with tempfile.TemporaryDirectory() as workdir:
-        results = [check(r, workdir) for r in requests]
-    json.dump({"sglang_version": sglang.__version__, "results": results}, sys.stdout)
+    out = sys.stdout
+    batches = sys.stdin if "--serve" in sys.argv[1:] else [sys.stdin.read()]
+    for batch in batches:
+        if not batch.strip():
+            continue
+        requests = json.loads(batch)
+        with tempfile.TemporaryDirectory() as workdir, contextlib.redirect_stdout(sys.stderr):  # stdout carries reports only
+            results = [check(r, workdir) for r in requests]
+        out.write(json.dumps({"sglang_version": sglang.__version__, "results": results}) + "\n")
+        out.flush()
 
 
 if __name__ == "__main__":

@@ -35,23 +35,36 @@ def parser_version(image_version: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def sglang_parse():
-    ready = set()
+def sglang_parse(tmp_path_factory):
+    """parse(version, requests): SGLang's own parser of that version, one long-lived process per version
+    (sglang_parse.py --serve), since importing SGLang takes far longer than a parse."""
+    parsers: dict[str, tuple[subprocess.Popen, pathlib.Path]] = {}
 
-    def parse(version: str, requests: list[dict]) -> list[dict]:
-        if version not in ready:
+    def parser(version: str) -> tuple[subprocess.Popen, pathlib.Path]:
+        if version not in parsers:
             subprocess.run([str(ROOT / "tests/infra/sglang_env.sh"), version], check=True,
                            env={**os.environ, "HICACHE_CACHE": str(CACHE)})
-            ready.add(version)
-        proc = subprocess.run([str(CACHE / "sglang-base/bin/python"), str(HERE / "sglang_parse.py")],
-                              input=json.dumps(requests), capture_output=True, text=True, timeout=600,
-                              env={**os.environ, "PYTHONPATH": str(CACHE / f"sglang-{version}")})
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        report = json.loads(proc.stdout)
+            log = tmp_path_factory.mktemp("sglang-parse") / f"{version}.stderr"
+            proc = subprocess.Popen([str(CACHE / "sglang-base/bin/python"), str(HERE / "sglang_parse.py"), "--serve"],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
+                                    env={**os.environ, "PYTHONPATH": str(CACHE / f"sglang-{version}")})
+            parsers[version] = (proc, log)
+        return parsers[version]
+
+    def parse(version: str, requests: list[dict]) -> list[dict]:
+        proc, log = parser(version)
+        proc.stdin.write(json.dumps(requests) + "\n")
+        proc.stdin.flush()
+        line = proc.stdout.readline()
+        assert line, f"SGLang {version}'s parser ended: {log.read_text()[-3000:]}"
+        report = json.loads(line)
         assert report["sglang_version"] == version
         return report["results"]
 
-    return parse
+    yield parse
+    for proc, _ in parsers.values():
+        proc.stdin.close()
+        proc.wait(timeout=60)
 
 
 def request_for(d) -> dict:
