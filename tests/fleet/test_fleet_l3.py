@@ -3,14 +3,19 @@ old namespace. Two test hosts get one directory of this machine bind-mounted at 
 VAST or NFS tier); each runs SGLang's stand-in as a systemd service, whose SGLang HiCacheFile writes a file per page
 of a prompt into its L3 directory: <hicache_cache_dir>/<namespace> (launch.py passes it). What is never pruned: a literal
 directory (`models`), nixl's bucket directories, the namespace the servers run after the inventory was edited and
-not deployed (their deployed.json), anything on the tier while one of its servers cannot be reached.
+not deployed (their deployed.json), anything on the tier while one of its servers cannot be reached. Then the same two hosts move to SGLang's HiCacheNixl
+(NIXL's POSIX plugin) on a directory of the same export: its bucket directories and `_k`/`_v` files inside each namespace,
+`l3` counting them as pages, `--prune` and `verify --l3` on that layout.
 
 The tests run in order on one fleet."""
 
 from __future__ import annotations
 
+import collections
+import hashlib
 import json
 import os
+import re
 
 import pytest
 from fleet import STANDIN, Fleet
@@ -177,3 +182,149 @@ def test_a_server_that_cannot_be_reached_holds_the_prune_of_its_tier(tier):
     assert f"not checked what {down} runs" in rows[stale]["why_kept"]
     text = cli("l3", "--inventory", str(path), "--prune", check_rc=1).stdout
     assert f"nothing is pruned on this tier: not checked what {down} runs" in text and "would remove" not in text
+
+
+# The same tier with SGLang's HiCacheNixl (nixl-cu12 1.5.1's POSIX plugin, DRAM buffers, CPU): the two hosts' servers move to
+# the nixl backend, their tier a directory of the same export (/mnt/kvcache/nixl). NIXL's layout (sglang 0.5.23,
+# mem_cache/storage/nixl/): the base directory (the namespace) holds the 256 bucket directories `00`..`ff`, all created at
+# start (nixl_utils.py NixlFileManager.ensure_all_bucket_dirs); page_first is zero copy (hicache_nixl.py
+# register_mem_pool_host), so each page is a `_k` and a `_v` file per TP rank, `<key>_<served name>_<tp_rank>_<tp_size>_<k|v>`
+# (_get_key_list_from_meta, tp_config_suffix), in the bucket its whole name routes to (nixl_routing.py route_key).
+NIXL_VARS = {
+    "hicache_storage_backend": "nixl",
+    "hicache_cache_dir": "/mnt/kvcache/nixl",
+    "hicache_l3_share": "l3-nixl",
+    "hicache_nixl_plugin": "POSIX",
+    # One io queue (rules/nixl.py nixl-io-queue: NIXL refuses two); POSIX AIO also works where io_uring is blocked. The
+    # cleaner off, as validate's nixl-cleaner-shared asks on a shared tier (it would evict the live namespace only).
+    "hicache_extra_config": {"use_direct_io": True, "use_posix_aio": True, "l3_cleaner_enabled": False},
+}
+NIXL_NAME = re.compile(r"(?P<bucket>[0-9a-f]{2})/(?P<key>[0-9a-f]{64})_gpt-oss-20b_0_1_(?P<part>[kv])")
+BUCKETS = [f"{i:02x}" for i in range(256)]
+
+
+def nixl_bucket(name):
+    """nixl_routing.route_key's bucket for one base directory: the low 8 bits of the 64-bit blake2b of the file's key."""
+    return f"{int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), 'big') & 0xff:02x}"
+
+
+def nixl_files(root):
+    """The files under a NIXL base directory, as `<bucket>/<name>`."""
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def nixl_pages(root):
+    """{page key: its parts} of the files under a NIXL base directory, each file checked against NIXL's name and layout."""
+    pages = collections.defaultdict(set)
+    for path in nixl_files(root):
+        found = NIXL_NAME.fullmatch(path)
+        assert found, f"{path} is not a NIXL page file of rank 0 of 1"
+        assert found["bucket"] == nixl_bucket(path.split("/")[1]), f"{path} is not in the bucket NIXL routes its name to"
+        assert (root / path).stat().st_size == PAGE_BYTES // 2, path  # a part: k or v of 4 layers
+        pages[found["key"]].add(found["part"])
+    assert all(parts == {"k", "v"} for parts in pages.values()), pages
+    return dict(pages)
+
+
+def table_row(text, name):
+    """The cells of the l3 table's row of a namespace (cells are 2 or more spaces apart)."""
+    return next(re.split(r"\s{2,}", line.strip()) for line in text.splitlines() if f"  {name}  " in line)
+
+
+@pytest.fixture(scope="module")
+def nixl_tier(tier):
+    tier.start(tier.sorted[0])  # stopped by the file backend's last tests (a no-op when it runs)
+    tier.nixl_root = tier.export / "nixl"
+    tier.nixl = {}
+    return tier
+
+
+def test_nixl_writes_its_buckets_and_k_v_parts_inside_each_namespace(nixl_tier):
+    t = nixl_tier
+    old_path, old = config(t, "nixl-auto", **NIXL_VARS)
+    new_path, new = config(t, "nixl-fp8", **NIXL_VARS, hicache_kv_cache_dtype="fp8_e4m3")
+    assert old != new and namespace.looks_like_bucket(old) is False
+    for path in (old_path, new_path):
+        _, findings = check_host(t.sorted[0], load(str(path)).hosts[t.sorted[0]])
+        assert [f for f in findings if f.level == "error" or f.rule.startswith(("nixl", "uring"))] == [], findings
+    for path, host in ((old_path, t.sorted[0]), (new_path, t.sorted[1])):
+        report = json.loads(cli("deploy", "--inventory", str(path), "--json").stdout)
+        assert all(r["failed"] == 0 and not r["unreachable"] and not r["interrupted"] for r in report["hosts"].values()), report
+        assert set(report["hosts"]) == set(t.hosts)
+        ask(t, host, PROMPT)
+    t.nixl.update(old=(old_path, old), new=(new_path, new))
+    assert sorted(p.name for p in t.nixl_root.iterdir()) == sorted([old, new])
+    for name in (old, new):
+        assert sorted(p.name for p in (t.nixl_root / name).iterdir()) == BUCKETS  # every bucket, nothing beside them
+        assert len(nixl_pages(t.nixl_root / name)) == 6 and len(nixl_files(t.nixl_root / name)) == 12  # a k and a v file per page
+    # Beside them, pages of a nixl server with the namespace off: a bucket directly in the tier, one page (k and v), old.
+    key = hashlib.sha256(b"off").hexdigest()
+    (t.nixl_root / "3c").mkdir()
+    for part in "kv":
+        file = t.nixl_root / "3c" / f"{key}_gpt-oss-20b_0_1_{part}"
+        file.write_bytes(b"\0" * (PAGE_BYTES // 2))
+        os.utime(file, (1_700_000_000, 1_700_000_000))
+
+
+def test_l3_lists_the_nixl_namespaces_in_pages_with_their_servers(nixl_tier):
+    t = nixl_tier
+    path, new = t.nixl["new"]
+    old = t.nixl["old"][1]
+    report = cli_json("l3", "--inventory", str(path))
+    assert [x["name"] for x in report["tiers"]] == ["l3-nixl"] and report["left_out"] == {}
+    shared = report["tiers"][0]
+    assert shared["hosts"] == t.sorted and shared["read_on"] == t.sorted[0] and shared["path"] == "/mnt/kvcache/nixl"
+    rows = {r["namespace"]: r for r in shared["namespaces"]}
+    assert set(rows) == {old, new, "(no namespace)"}  # the 256 buckets inside a namespace are its pages, not namespaces
+    assert rows[new]["state"] == "in use" and rows[new]["used_by"] == t.sorted
+    for name in (old, new):  # pages, not files: 12 files, 6 pages
+        assert rows[name]["pages"] == 6 and rows[name]["bytes"] == 6 * PAGE_BYTES and rows[name]["last_use"], rows[name]
+    assert rows[old]["state"] == "unused" and rows[old]["prune"] is False and "a server may still use it" in rows[old]["why_kept"]
+    top = rows["(no namespace)"]
+    assert top["state"] == "top level" and top["pages"] == 1 and top["bytes"] == PAGE_BYTES and top["prune"] is False
+    text = cli("l3", "--inventory", str(path), check_rc=0).stdout
+    assert "tier l3-nixl (shared by " in text
+    assert table_row(text, new)[3] == "6" and table_row(text, old)[3] == "6"
+
+
+def test_prune_of_a_nixl_tier_keeps_what_the_servers_use_and_removes_only_the_old_namespace(nixl_tier):
+    t = nixl_tier
+    path, new = t.nixl["new"]
+    old = t.nixl["old"][1]
+    edited, third = config(t, "nixl-fp8-p32", **NIXL_VARS, hicache_kv_cache_dtype="fp8_e4m3", hicache_page_size=32)
+    assert third not in (old, new)
+    report = cli_json("l3", "--inventory", str(edited), "--prune", "--min-age", "0")  # not deployed: the servers run `new`
+    assert report["running"] == {new: t.sorted} and report["not_checked"] == {}
+    rows = {r["namespace"]: r for r in report["tiers"][0]["namespaces"]}
+    assert rows[new]["state"] == "running" and rows[new]["prune"] is False and report["tiers"][0]["would_remove"] == [old]
+    dry = cli("l3", "--inventory", str(path), "--prune", "--min-age", "0", check_rc=0)
+    assert f"would remove {old}" in dry.stdout and f"would remove {new}" not in dry.stdout and "would remove 3c" not in dry.stdout
+    assert len(nixl_files(t.nixl_root / old)) == 12
+    before = nixl_files(t.nixl_root / new)
+    report = cli_json("l3", "--inventory", str(path), "--prune", "--yes", "--min-age", "0")
+    shared = report["tiers"][0]
+    assert shared["removed"] == [old] and shared["refused"] == [] and shared["removal_errors"] == []
+    assert sorted(p.name for p in t.nixl_root.iterdir()) == sorted(["3c", new])
+    assert sorted(p.name for p in (t.nixl_root / new).iterdir()) == BUCKETS and nixl_files(t.nixl_root / new) == before
+    assert len(nixl_files(t.nixl_root)) == 12 + 2  # the namespace in use and the bucket without one: untouched
+    assert cli_json("l3", "--inventory", str(path), "--prune", "--min-age", "0")["tiers"][0]["would_remove"] == []
+
+
+def test_verify_l3_proves_nixl_pages_come_back_from_the_shared_tier_after_a_restart(nixl_tier):
+    t = nixl_tier
+    path, new = t.nixl["new"]
+    before = nixl_pages(t.nixl_root / new)
+    report = cli_json("verify", "--inventory", str(path), "--l3")
+    assert report["l3"] is True
+    ring = {h: t.sorted[i - 1] for i, h in enumerate(t.sorted)}
+    for host, writer in ring.items():
+        checks = {c["check"]: c for c in report["hosts"][host]["checks"]}
+        assert report["hosts"][host]["ok"], report["hosts"][host]
+        assert checks["restart"]["status"] == "pass" and checks["L3 write"]["detail"].endswith(f"written to L3 by {writer}")
+        hit = checks["L3 hit across servers"]
+        assert hit["status"] == "pass" and hit["detail"].endswith(f"written by {writer}"), hit
+        assert int(hit["detail"].split()[0]) >= 4 * 16  # at least the proof's 4 pages, read by HiCacheNixl from the tier
+    after = nixl_pages(t.nixl_root / new)  # the proofs' pages: NIXL's names and layout too
+    assert set(before) < set(after) and len(after) >= len(before) + 2 * 4
+    row = next(r for r in cli_json("l3", "--inventory", str(path))["tiers"][0]["namespaces"] if r["namespace"] == new)
+    assert row["pages"] == len(after) and row["bytes"] == len(after) * PAGE_BYTES
