@@ -90,7 +90,9 @@ hicache_host:
       description: The VAST NFS bundle version of the loaded sunrpc module, or null.
       type: str
     vastnfs_installed:
-      description: Whether the sunrpc module modprobe would load is VAST's (modinfo lists its nfs_bundle_version parameter), before it is loaded; null without modinfo.
+      description: >-
+        Whether the sunrpc module modprobe would load is VAST's (modinfo lists its nfs_bundle_version parameter),
+        before it is loaded; null without modinfo.
       type: bool
     gpus:
       description: C(count) and C(names) of the GPUs C(nvidia-smi -L) lists, and its C(error) (null when it answered).

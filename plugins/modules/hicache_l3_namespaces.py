@@ -5,7 +5,8 @@
 
 A namespace is a direct subdirectory of the tier's directory (hicache_cache_dir). Listing walks each
 subdirectory with os.scandir without following symlinks or entering another filesystem and gives its bytes
-(apparent size), files, pages (SGLang's: one per key, whatever its ranks and k/v parts), newest mtime and the mount points it is or holds; the files directly in the
+(apparent size), files, pages (SGLang's: one per key, whatever its ranks and k/v parts), newest mtime and the mount
+points it is or holds; the files directly in the
 directory (a server with hicache_l3_namespace: off writes its pages there) are summed apart and never removed.
 The tier's directory itself is never removed.
 
