@@ -11,9 +11,10 @@ pytestmark = pytest.mark.slow
 
 
 def table_row(stdout: str, host: str) -> str:
-    match = re.search(rf"^{re.escape(host)}\s+(.*)$", stdout, re.M)
+    """The host's row of the table, with the continuation lines its wrapped reason column takes (indented), one line."""
+    match = re.search(rf"^{re.escape(host)}\s+(.*(?:\n[ \t]+\S.*)*)$", stdout, re.M)
     assert match, stdout
-    return match.group(1)
+    return " ".join(match.group(1).split())
 
 
 def test_deploy_converges_then_changes_nothing(fleet3):
