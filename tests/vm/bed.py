@@ -108,11 +108,12 @@ class Bed:
         path.write_text(yaml.safe_dump({"all": {"hosts": {self.client.name: host}, "vars": variables}}))
         return path
 
-    def play(self, inventory: pathlib.Path, tasks: list[dict], check: bool = False) -> subprocess.CompletedProcess:
+    def play(self, inventory: pathlib.Path, tasks: list[dict], check: bool = False, verbose: bool = False) -> subprocess.CompletedProcess:
+        """ansible-playbook on the client VM; `verbose` (-v) shows each task's result, the roles' notes among them."""
         playbook = self.workdir / "play.yml"
         playbook.write_text(yaml.safe_dump([{"name": "Test bed play", "hosts": "all", "gather_facts": False, "tasks": tasks}], sort_keys=False))
         env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
                "ANSIBLE_HOST_KEY_CHECKING": "False", "ANSIBLE_STDOUT_CALLBACK": "default", "ANSIBLE_CALLBACK_RESULT_FORMAT": "yaml",
                "ANSIBLE_FACT_CACHING": "memory"}
-        return subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inventory), str(playbook), *(["--check", "--diff"] if check else [])],
+        return subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inventory), str(playbook), *(["--check", "--diff"] if check else []), *(["-v"] if verbose else [])],
                               stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, cwd=ROOT, timeout=1200)

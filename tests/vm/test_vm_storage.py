@@ -13,7 +13,7 @@ import re
 import time
 
 import pytest
-from bed import EXPORT, LINKS
+from bed import EXPORT, LINKS, ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.vm]
 
@@ -23,6 +23,17 @@ SLOTS = 64  # not the kernel's 128, so the test sees the role set it
 FOREIGN_FSTAB = "# a line of the host's own, kept byte for byte \t\n/dev/vdz  /srv/other  ext4  noauto,x-foo=1  0 0\n"
 STORAGE_ROLE = [{"name": "The storage role", "ansible.builtin.include_role": {"name": "hicache.deploy.storage"}}]
 STORAGE_VERIFY = [{"name": "The storage role's verify", "ansible.builtin.include_role": {"name": "hicache.deploy.storage", "tasks_from": "verify"}}]
+SERVER_ROLES = [{"name": "The limits role", "ansible.builtin.include_role": {"name": "hicache.deploy.host_limits"}},
+                {"name": "The server role", "ansible.builtin.include_role": {"name": "hicache.deploy.sglang_server"}}]
+STANDIN = "/opt/standin/sglang_standin.py"
+# SGLang's stand-in as the L3 tier's user, run by the server role's own unit (runtime none): stdlib only (no L3
+# backend, so neither torch nor SGLang's wheel is needed in the VM). What is tested is the unit's rule about its tier.
+SERVER = {"hicache_container_runtime": "none", "hicache_launcher": ["python3", STANDIN], "hicache_model_path": "hicache-standin-model",
+          "hicache_image": "lmsysorg/sglang:v0.5.23-cu129",  # with runtime none only a record (deployed.json)
+          "hicache_sglang_version": "0.5.23", "hicache_health_timeout": 120, "hicache_container_env": {"STANDIN_LOAD_SECONDS": "1"}}
+UNIT = "sglang-hicache.service"
+# exits 0 when the server answers /health with 200
+HEALTHY = "python3 -c \"import sys,urllib.request;sys.exit(urllib.request.urlopen('http://127.0.0.1:30000/health', timeout=5).status != 200)\" 2>/dev/null"
 
 
 def vast(**extra):
@@ -121,8 +132,30 @@ def test_verify_fails_when_a_tuned_value_drifts(bed):
     vm.ssh(f"echo {SLOTS} > /proc/sys/sunrpc/rdma_slot_table_entries", check=True)
 
 
+def assert_memlock_unlimited(vm):
+    """memlock where it matters (host_limits): a new login session (pam_limits reads limits.d) and the running
+    server's own process, as the kernel reports them."""
+    assert vm.ssh("ulimit -l; ulimit -Hl").stdout.split() == ["unlimited", "unlimited"]
+    pid = vm.ssh(f"systemctl show -p MainPID --value {UNIT}").stdout.strip()
+    assert pid not in ("", "0"), pid
+    limits = next(x for x in vm.read(f"/proc/{pid}/limits").splitlines() if x.startswith("Max locked memory"))
+    assert limits.split()[3:5] == ["unlimited", "unlimited"], limits
+
+
+def serves(vm) -> bool:
+    return vm.ssh(HEALTHY).returncode == 0
+
+
 def test_with_the_storage_down_at_boot_the_host_boots_and_verify_names_the_missing_mount(bed):
+    """The behaviour chosen (templates/sglang-hicache.service.j2): the mount is nofail, so the host boots; the server's
+    unit refuses to start without its tier (ExecStartPre) and retries every RestartSec with no start limit, mounting
+    the tier itself once the storage answers, so the server comes back when the storage does, with no converge."""
     vm, storage = bed.client, bed.storage
+    vm.write(STANDIN, (ROOT / "tests/standin/sglang_standin.py").read_text(), mode="0755")
+    served = bed.play(bed.inventory("server", {**vast(), **SERVER}), SERVER_ROLES)
+    assert served.returncode == 0, served.stdout[-6000:] + served.stderr[-2000:]
+    assert serves(vm)
+    assert_memlock_unlimited(vm)
     storage.power_off()
     started = time.monotonic()
     vm.reboot(timeout=600)
@@ -135,11 +168,49 @@ def test_with_the_storage_down_at_boot_the_host_boots_and_verify_names_the_missi
     run = bed.play(bed.inventory("vast", vast()), STORAGE_VERIFY)
     assert run.returncode != 0 and f"nothing is mounted at {POINT}" in run.stdout, run.stdout[-4000:]
     print(f"client booted with its storage down in {booted:.0f} s")
-    # The storage comes back: a converge mounts the tier again, in effect at once.
+    # No server without its tier: the unit is retrying its start, nothing listens.
+    assert vm.ssh(f"systemctl is-enabled {UNIT}").stdout.strip() == "enabled"
+    assert vm.ssh(f"systemctl show -p ActiveState --value {UNIT}").stdout.strip() != "active"
+    assert not serves(vm)
+    # its ExecStartPre (the tier must be a mount point) failed; Restart= tries again
+    journal = vm.ssh(f"journalctl -b -u {UNIT} --no-pager -o cat").stdout
+    assert "Control process exited" in journal, journal[-3000:]
+    # The storage comes back: the server's own retry mounts the tier and it serves, with no converge.
     storage.start().wait_ssh()
     storage.ssh("for i in $(seq 60); do systemctl is-active -q nfs-server && exit 0; sleep 1; done; exit 1", check=True)
-    converge(bed, vast(), "vast")
+    back = vm.ssh(f"for i in $(seq 300); do {HEALTHY} && exit 0; sleep 1; done; systemctl status --no-pager {UNIT}; exit 1", timeout=400)
+    assert back.returncode == 0, back.stdout[-3000:]
+    assert mount_entry(vm) is not None
+    assert_memlock_unlimited(vm)  # after a reboot, from their persistence
+    # The mount the server's unit made has every tuned value in effect (nfsrahead's udev rule, the slot table); a
+    # converge then leaves the server serving.
     assert_tuned(vm, "3", transports=4)
+    converge(bed, vast(), "vast")
+    assert serves(vm)
+    # The later tests change the tier under it: the server leaves the bed.
+    vm.ssh(f"systemctl disable --now {UNIT}", check=True)
+
+
+NIC_ONLY_MTU = {"hicache_nic_mtu": 9000, "hicache_nic_rings": None, "hicache_nic_channels": None, "hicache_nic_qos_trust": None,
+                "hicache_nic_pfc_priorities": [], "hicache_nic_ecn_priorities": [], "hicache_nic_irq_affinity": False,
+                "hicache_nic_max_read_request": None, "hicache_nic_cpu_governor": None, "hicache_nic_roce_dscp": None}
+NIC_ROLE = [{"name": "The NIC role", "ansible.builtin.include_role": {"name": "hicache.deploy.nic_tuning"}}]
+
+
+def test_nic_tuning_selects_no_virtio_port_unless_named_and_sets_a_named_ports_mtu(bed):
+    """The VMs' storage ports are virtio, not ConnectX: unnamed, none is tuned; named, its MTU changes in the kernel.
+    Every setting but the MTU is null ("None leaves it"): the role's argument spec and plan take that."""
+    vm = bed.client
+    ports = bed.client_ports
+    before = {port: vm.read(f"/sys/class/net/{port}/mtu").strip() for port in ports}
+    unnamed = bed.play(bed.inventory("nic", {**vast(), **NIC_ONLY_MTU, "hicache_strict": False}), NIC_ROLE)
+    assert unnamed.returncode == 0, unnamed.stdout[-6000:]
+    assert {port: vm.read(f"/sys/class/net/{port}/mtu").strip() for port in ports} == before, unnamed.stdout[-4000:]
+    named = bed.play(bed.inventory("nic", {**vast(), **NIC_ONLY_MTU, "hicache_nic_interfaces": [ports[1]]}), NIC_ROLE)
+    assert named.returncode == 0, named.stdout[-6000:]
+    assert vm.read(f"/sys/class/net/{ports[1]}/mtu").strip() == "9000"
+    assert vm.read(f"/sys/class/net/{ports[0]}/mtu").strip() == before[ports[0]]  # the one carrying the mount is left alone
+    assert vm.ssh("systemctl is-enabled hicache-nic-tuning.service").stdout.strip() == "enabled"
 
 
 def test_a_netapp_shaped_host_mounts_nfs_4_1_over_rdma_with_everything_in_effect_on_the_first_run(bed):
@@ -150,9 +221,25 @@ def test_a_netapp_shaped_host_mounts_nfs_4_1_over_rdma_with_everything_in_effect
     assert_tuned(vm, "4.1")
     assert {"rsize=65536", "wsize=65536"} <= mount_entry(vm)["options"]
     assert converge(bed, netapp(), "netapp")["changed"] == 0
+    # The kernel NFS server grants no pNFS layout: the kernel's own mountstats says so (",pnfs=not configured",
+    # fs/nfs/super.c), and verify says pNFS is not checked, neither passed nor failed.
+    assert "pnfs=not configured" in vm.read("/proc/self/mountstats")
+    checked = bed.play(bed.inventory("netapp", netapp()), STORAGE_VERIFY, verbose=True)
+    assert checked.returncode == 0, checked.stdout[-4000:]
+    shown = " ".join(checked.stdout.split())  # the yaml callback may fold a long note
+    assert f"not checked on {POINT}: pNFS: the server granted no layout (pnfs=not configured)" in shown, checked.stdout[-4000:]
     vm.reboot()
     vm.ssh(f"for i in $(seq 120); do mountpoint -q {POINT} && exit 0; sleep 1; done; journalctl -b -u mnt-l3.mount; exit 1", check=True)
     assert_tuned(vm, "4.1")
     fstab = vm.read("/etc/fstab")
     assert fstab.startswith(bed.fstab_before) and fstab.count("# BEGIN hicache-deploy L3 tier") == 1
 
+
+def test_after_the_last_reboot_the_named_ports_mtu_is_back_from_the_boot_unit(bed):
+    """The NetApp test rebooted the client after the NIC test: the boot unit set the MTU again, before the network."""
+    vm = bed.client
+    assert vm.read(f"/sys/class/net/{bed.client_ports[1]}/mtu").strip() == "9000"
+    result = vm.ssh("systemctl show -p ActiveState,Result --value hicache-nic-tuning.service").stdout.split()
+    assert result[:2] == ["active", "success"] or "success" in result, result
+    order = vm.ssh("systemctl show -p Before,After --value hicache-nic-tuning.service").stdout
+    assert "network-pre.target" in order, order
