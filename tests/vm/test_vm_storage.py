@@ -222,7 +222,7 @@ def test_a_netapp_shaped_host_mounts_nfs_4_1_over_rdma_with_everything_in_effect
     assert {"rsize=65536", "wsize=65536"} <= mount_entry(vm)["options"]
     assert converge(bed, netapp(), "netapp")["changed"] == 0
     # The kernel NFS server grants no pNFS layout: the kernel's own mountstats says so (",pnfs=not configured",
-    # fs/nfs/super.c), and verify says pNFS is not checked, neither passed nor failed.
+    # fs/nfs/super.c), and the storage role's verify notes pNFS as not checked, neither passed nor failed.
     assert "pnfs=not configured" in vm.read("/proc/self/mountstats")
     checked = bed.play(bed.inventory("netapp", netapp()), STORAGE_VERIFY, verbose=True)
     assert checked.returncode == 0, checked.stdout[-4000:]
