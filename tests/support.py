@@ -15,7 +15,9 @@ SHARED = ROOT.parent / "shared"
 def cli(*args: str, check_rc: int | None = None, env: dict | None = None, cwd: str | None = None) -> subprocess.CompletedProcess:
     """Run the real `hicachectl` in a fresh process, as a user would."""
     proc = subprocess.run([sys.executable, "-m", "hicachectl", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, cwd=cwd or ROOT, timeout=600)
+                          # 25 minutes: a deploy of four hosts with a router took over 10 on a CI machine running
+                          # every stream at once; a command that hangs still stops.
+                          env={**os.environ, **(env or {})}, cwd=cwd or ROOT, timeout=1500)
     if check_rc is not None:
         assert proc.returncode == check_rc, f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     return proc
