@@ -114,9 +114,11 @@ def port_ranges(spec: str | None) -> list[tuple[int, int]] | None:
     the syntax: validate counts the ports with it (rules/storage.py), the live check compares lists with it."""
     import ipaddress
 
+    if not spec or spec == "dns":
+        return None
     ranges: list[tuple[int, int]] = []
     version = None
-    for part in (spec or "").split("~") if spec and spec != "dns" else ():
+    for part in spec.split("~"):
         first, dash, last = part.partition("-")
         try:
             low = ipaddress.ip_address(first)
@@ -127,7 +129,7 @@ def port_ranges(spec: str | None) -> list[tuple[int, int]] | None:
             return None
         version = low.version
         ranges.append((int(low), int(high)))
-    return ranges or None
+    return ranges
 
 
 def expand_ports(spec: str) -> list[str] | None:

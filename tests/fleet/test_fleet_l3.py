@@ -76,6 +76,15 @@ def ask(fleet, host, prompt):
     assert proc.returncode == 0, proc.stderr
 
 
+def deploy_and_ask(fleet, path, host):
+    """Deploy `path` on every host of the fleet (judged per host: every host ran without a failure), then ask `host`
+    the six-page prompt, whose pages its server writes to the tier."""
+    report = json.loads(cli("deploy", "--inventory", str(path), "--json").stdout)
+    assert all(r["failed"] == 0 and not r["unreachable"] and not r["interrupted"] for r in report["hosts"].values()), report
+    assert set(report["hosts"]) == set(fleet.hosts)
+    ask(fleet, host, PROMPT)
+
+
 def files(fleet, name):
     return sorted(p.name for p in (fleet.export / name).iterdir())
 
@@ -85,11 +94,7 @@ def test_two_configs_write_two_namespaces_on_the_tier(tier):
     new_path, new = config(tier, "kv-fp8", hicache_kv_cache_dtype="fp8_e4m3")
     assert old != new
     for path, host in ((old_path, tier.sorted[0]), (new_path, tier.sorted[1])):
-        # Both servers on the config; one writes its pages. (Judged per host: every host ran without a failure.)
-        report = json.loads(cli("deploy", "--inventory", str(path), "--json").stdout)
-        assert all(r["failed"] == 0 and not r["unreachable"] and not r["interrupted"] for r in report["hosts"].values()), report
-        assert set(report["hosts"]) == set(tier.hosts)
-        ask(tier, host, PROMPT)
+        deploy_and_ask(tier, path, host)  # both servers on the config; one writes its pages
     tier.configs.update(old=(old_path, old), new=(new_path, new))
     assert len(files(tier, old)) == 6 and len(files(tier, new)) == 6
     assert all(f.endswith("_gpt-oss-20b_0_1.bin") and len(f.split("_")[0]) == 64 for f in files(tier, old) + files(tier, new))
@@ -248,10 +253,7 @@ def test_nixl_writes_its_buckets_and_k_v_parts_inside_each_namespace(nixl_tier):
         _, findings = check_host(t.sorted[0], load(str(path)).hosts[t.sorted[0]])
         assert [f for f in findings if f.level == "error" or f.rule.startswith(("nixl", "uring"))] == [], findings
     for path, host in ((old_path, t.sorted[0]), (new_path, t.sorted[1])):
-        report = json.loads(cli("deploy", "--inventory", str(path), "--json").stdout)
-        assert all(r["failed"] == 0 and not r["unreachable"] and not r["interrupted"] for r in report["hosts"].values()), report
-        assert set(report["hosts"]) == set(t.hosts)
-        ask(t, host, PROMPT)
+        deploy_and_ask(t, path, host)
     t.nixl.update(old=(old_path, old), new=(new_path, new))
     assert sorted(p.name for p in t.nixl_root.iterdir()) == sorted([old, new])
     for name in (old, new):
