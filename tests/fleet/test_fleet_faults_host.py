@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from fleet import STANDIN, Fleet
+from fleet import HEALTH_TIMEOUT, STANDIN, Fleet
 from support import cli, cli_json
 
 pytestmark = pytest.mark.slow
@@ -26,7 +26,7 @@ SERVED = {
     "hicache_launcher": ["python3", STANDIN],
     "hicache_served_model_name": "gpt-oss-20b",
     "hicache_page_size": 16,
-    "hicache_health_timeout": 120,
+    "hicache_health_timeout": HEALTH_TIMEOUT,
     "hicache_container_env": {"STANDIN_LOAD_SECONDS": "1"},
 }
 TMPFS_TIER = {"hicache_storage_device": "tmpfs", "hicache_storage_fstype": "tmpfs"}

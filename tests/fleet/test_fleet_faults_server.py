@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from fleet import STANDIN, Fleet
+from fleet import HEALTH_TIMEOUT, STANDIN, Fleet
 from support import ROOT, cli, cli_json
 
 pytestmark = pytest.mark.slow
@@ -22,7 +22,7 @@ SERVER_VARS = {
     "hicache_launcher": ["python3", STANDIN],
     "hicache_served_model_name": "faults",
     "hicache_page_size": 16,
-    "hicache_health_timeout": 120,
+    "hicache_health_timeout": HEALTH_TIMEOUT,
     "hicache_container_env": {"STANDIN_LOAD_SECONDS": "2"},
 }
 LOCK = "/run/hicache-deploy.lock"

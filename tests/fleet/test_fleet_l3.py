@@ -18,7 +18,7 @@ import os
 import re
 
 import pytest
-from fleet import STANDIN, Fleet
+from fleet import HEALTH_TIMEOUT, STANDIN, Fleet
 from support import cli, cli_json
 
 from hicachectl import namespace
@@ -41,7 +41,7 @@ VARS = {
     "hicache_l3_share": "l3-test",
     "hicache_page_size": 16,
     "hicache_write_policy": "write_through",
-    "hicache_health_timeout": 120,
+    "hicache_health_timeout": HEALTH_TIMEOUT,
 }
 PROMPT = " ".join(f"word{i}" for i in range(16 * 6))  # six pages
 

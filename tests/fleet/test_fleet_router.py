@@ -29,7 +29,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from fleet import STANDIN, Fleet
+from fleet import HEALTH_TIMEOUT, STANDIN, Fleet
 from support import cli
 
 from hicachectl.router import CHECKED_VERSIONS
@@ -45,7 +45,7 @@ BASE_VARS = {
     "hicache_launcher": ["python3", STANDIN],
     "hicache_served_model_name": "gpt-oss-20b",
     "hicache_page_size": 16,
-    "hicache_health_timeout": 120,
+    "hicache_health_timeout": HEALTH_TIMEOUT,
     "hicache_host": "0.0.0.0",  # the router reaches the servers over the test bed's network
     "hicache_image": "lmsysorg/sglang:v0.5.21-cu129",
     # A restart takes 5 s (model loading), a request about 0.25 s (800 words at 300 us each): long enough that a

@@ -15,7 +15,7 @@ import sys
 import threading
 
 import pytest
-from fleet import STANDIN
+from fleet import HEALTH_TIMEOUT, STANDIN
 from support import cli, cli_json
 
 pytestmark = pytest.mark.slow
@@ -32,7 +32,7 @@ def variables(secret: str) -> dict:
         "hicache_launcher": ["python3", STANDIN],
         "hicache_served_model_name": "gpt-oss-20b",
         "hicache_page_size": 16,
-        "hicache_health_timeout": 120,
+        "hicache_health_timeout": HEALTH_TIMEOUT,
         "hicache_model_hub_token": TOKEN,
         "hicache_container_env": {"STANDIN_LOAD_SECONDS": "2", "OBJECT_STORE_SECRET": secret},
         "hicache_secret_keys": ["OBJECT_STORE_SECRET"],

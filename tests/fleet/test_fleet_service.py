@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from fleet import STANDIN
+from fleet import HEALTH_TIMEOUT, STANDIN
 from support import ROOT, cli, cli_json
 
 pytestmark = pytest.mark.slow
@@ -16,7 +16,7 @@ SERVICE_VARS = {
     "hicache_launcher": ["python3", STANDIN],
     "hicache_served_model_name": "gpt-oss-20b",
     "hicache_page_size": 16,
-    "hicache_health_timeout": 120,
+    "hicache_health_timeout": HEALTH_TIMEOUT,
     "hicache_container_env": {"STANDIN_LOAD_SECONDS": "5"},
 }
 

@@ -11,7 +11,7 @@ import json
 
 import pytest
 import yaml
-from fleet import STANDIN, Fleet
+from fleet import HEALTH_TIMEOUT, STANDIN, Fleet
 from support import cli_json
 
 from hicachectl import namespace
@@ -31,7 +31,7 @@ SHARED_VARS = {
     "hicache_l3_share": "shared-test",
     "hicache_page_size": 16,
     "hicache_write_policy": "write_through",
-    "hicache_health_timeout": 120,
+    "hicache_health_timeout": HEALTH_TIMEOUT,
 }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from fleet import STANDIN, Fleet
+from fleet import HEALTH_TIMEOUT, STANDIN, Fleet
 from support import cli, cli_json
 
 pytestmark = pytest.mark.slow
@@ -21,7 +21,7 @@ SERVICE_VARS = {
     "hicache_launcher": ["python3", STANDIN],
     "hicache_served_model_name": "upgrade",
     "hicache_page_size": 16,
-    "hicache_health_timeout": 120,
+    "hicache_health_timeout": HEALTH_TIMEOUT,
     "hicache_container_env": {"STANDIN_LOAD_SECONDS": "1"},
 }
 

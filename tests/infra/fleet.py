@@ -22,6 +22,10 @@ STANDIN = "/opt/standin/sglang_standin.py"
 # python3.11 (Debian bookworm's: the same CPython ABI as the cp311 wheels).
 SGLANG_VERSION = "0.5.23"
 SGLANG_MOUNT = "/opt/sglang"
+# hicache_health_timeout for a stand-in that should become healthy. Its start imports torch and SGLang's backends:
+# seconds on an idle core, minutes when every CI stream starts servers at once on two cores (a first deploy of three
+# hosts once waited past 120 s). A wait ends at the first 200, so a long bound costs only the runs that fail.
+HEALTH_TIMEOUT = 300
 
 
 def sglang_storage_env() -> tuple[pathlib.Path, pathlib.Path]:

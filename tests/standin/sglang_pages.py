@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import json
 import mmap
 import os
@@ -46,16 +47,29 @@ def add_sglang_to_path() -> None:
             sys.path.insert(0, entry)
 
 
+def enter_package(name: str, directory: str) -> types.ModuleType:
+    """The package `name` in sys.modules with its submodules found in `directory`, its __init__.py not run."""
+    package = types.ModuleType(name)
+    package.__path__ = [directory]
+    sys.modules[name] = package
+    return package
+
+
 def import_sglang():
-    """SGLang's storage classes. pool_host/__init__.py imports every device pool and, through them, every model's
-    config (vision ones need torchvision, which has no CPU wheel on PyPI); the storage backends need only
-    pool_host/base.py's HostKVCache, so the package is entered without its __init__."""
+    """SGLang's storage classes, each package entered without an __init__ the backends do not need:
+    - sglang/__init__.py is the frontend's public API (sglang.lang) and patches transformers: it imports transformers
+      and two thirds of the import's time (6 of 9 s of CPU at every server start) go to what no backend uses;
+    - pool_host/__init__.py imports every device pool and, through them, every model's config (vision ones need
+      torchvision, which has no CPU wheel on PyPI); the backends need only pool_host/base.py's HostKVCache."""
     add_sglang_to_path()
+    if "sglang" not in sys.modules:
+        spec = importlib.util.find_spec("sglang")
+        if spec is None or not spec.submodule_search_locations:
+            raise ImportError("SGLang is not on the stand-in's path (STANDIN_SGLANG_PATH or the sglang_path file)")
+        enter_package("sglang", list(spec.submodule_search_locations)[0])
     mem_cache = importlib.import_module("sglang.srt.mem_cache")
     if "sglang.srt.mem_cache.pool_host" not in sys.modules:
-        package = types.ModuleType("sglang.srt.mem_cache.pool_host")
-        package.__path__ = [os.path.join(list(mem_cache.__path__)[0], "pool_host")]
-        sys.modules[package.__name__] = package
+        package = enter_package("sglang.srt.mem_cache.pool_host", os.path.join(list(mem_cache.__path__)[0], "pool_host"))
         package.HostKVCache = importlib.import_module("sglang.srt.mem_cache.pool_host.base").HostKVCache
     storage = importlib.import_module("sglang.srt.mem_cache.hicache_storage")
     factory = importlib.import_module("sglang.srt.mem_cache.storage.backend_factory")
