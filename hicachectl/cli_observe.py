@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from hicachectl import cli_change
+from hicachectl import cli_change, secrets
 from hicachectl import cli_common as common
 
 
@@ -92,8 +92,9 @@ def status(inventory: str = common.InventoryOpt, limit: str | None = common.Limi
     states = {h: result.hosts[h].facts.get("hicache_status_report") for h in [*deployments, *routers]}
     verdict = judging.judge_hosts(deployments, {h: s for h, s in states.items() if s is not None},
                                   {h: common.why_failed(result.hosts[h]) for h, s in states.items() if s is None}, routers=routers)
-    common.finish(verdict["exit_code"], json, {"inventory": inv.name, "exit_code": verdict["exit_code"], "hosts": verdict["hosts"]},
-                  verdict["lines"])
+    hidden = secrets.all_values(deployments.values())  # the inventory's secrets, wherever a server's answer echoes one
+    common.finish(verdict["exit_code"], json, secrets.mask({"inventory": inv.name, "exit_code": verdict["exit_code"], "hosts": verdict["hosts"]}, hidden),
+                  [secrets.mask_text(line, hidden) for line in verdict["lines"]])
 
 
 @common.with_vault
@@ -118,8 +119,9 @@ def verify(inventory: str = common.InventoryOpt, limit: str | None = common.Limi
                                  progress=common.progress)
     cli_change.release_locks_after(result, inv, run_id)
     verdict = verify_verdict({h: result.hosts[h] for h in [*sorted(deployments), *routers]}, l3)
-    common.finish(verdict["exit_code"], json, {"inventory": inv.name, "l3": l3, "exit_code": verdict["exit_code"], "hosts": verdict["hosts"]},
-                  verdict["lines"])
+    hidden = secrets.all_values(deployments.values())
+    common.finish(verdict["exit_code"], json, secrets.mask({"inventory": inv.name, "l3": l3, "exit_code": verdict["exit_code"], "hosts": verdict["hosts"]}, hidden),
+                  [secrets.mask_text(line, hidden) for line in verdict["lines"]])
 
 
 def verify_verdict(outcomes: Mapping[str, Any], l3: bool) -> dict[str, Any]:

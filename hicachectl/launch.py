@@ -30,7 +30,7 @@ def flag_pairs(d) -> list[tuple[str, str | None]]:
     for var in schema.VARIABLES:
         if var.name == _FIRST_HICACHE_VAR:
             pairs.append(("--enable-hierarchical-cache", None))
-        if var.flag is None:
+        if var.flag is None or var.secret:  # a secret flag is in server_secrets.yaml, read with --config
             continue
         value = extra_config_arg(d) if var.name == "hicache_extra_config" else getattr(d, field_name(var.name))
         if value is None or value is False:
@@ -39,7 +39,14 @@ def flag_pairs(d) -> list[tuple[str, str | None]]:
     for name, flag in OBSERVABILITY.items():
         if getattr(d, name):
             pairs.append((flag, None))
+    if server_secrets_path(d):
+        pairs.append((secrets.CONFIG_FLAG, server_secrets_path(d)))
     return pairs
+
+
+def server_secrets_path(d) -> str | None:
+    """Where the server reads its secret flags (secrets.SERVER_SECRETS_FILE), when it has any."""
+    return posixpath.join(server_cfg_dir(d), secrets.SERVER_SECRETS_FILE) if secrets.server_secret_flags(d) else None
 
 
 def flag_words(flag: str, value: str | None) -> list[str]:

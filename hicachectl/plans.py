@@ -12,7 +12,7 @@ import dataclasses
 import json
 from typing import Any
 
-from hicachectl import hoststate, image, launch, limits, nic, preflight, render, storage
+from hicachectl import hoststate, image, launch, limits, nic, preflight, render, secrets, storage
 
 
 def as_fact(plan: Any) -> dict[str, Any]:
@@ -220,6 +220,8 @@ class ServerPlan:
     deployed_name: str
     files: list[ServerFile]
     public_files: list[dict[str, Any]]  # what hicache_files writes in one step: every file without a secret, backed up
+    # The secret files this config has none of (removed: an old secret does not stay on the host).
+    absent_secret_files: list[str]
     uring_fallback: bool
     unit: dict[str, str]
     health_url: str
@@ -253,6 +255,7 @@ def server_plan(d, uring_fallback: bool = False, facts: dict[str, Any] | None = 
         render.DEPLOYED, [ServerFile(f.name, f.shown, f.mode, f.secret) for f in files],
         [{"path": f"{d.cfg_dir}/{f.name}", "content": f.content, "mode": f.mode, "owner": "root", "group": "root", "backup": True,
           "label": f.name} for f in files if not f.secret],
+        [f"{d.cfg_dir}/{name}" for name in (secrets.SECRETS_ENV, secrets.SERVER_SECRETS_FILE) if name not in {f.name for f in files}],
         bool(uring_fallback and uses_uring), {"name": unit.name, "content": unit.content},
         f"http://{d.local_host}:{d.effective_port}/health", d.health_timeout, runtime, uses_uring and not uring_fallback, uses_uring,
         bool(d.strict), cannot_run)

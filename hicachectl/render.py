@@ -140,6 +140,10 @@ def files(d) -> list[RenderedFile]:
             out.append(RenderedFile(launch.extra_config_file_name(d), config_text, secrets.SECRET_MODE, True, masked))
         else:
             out.append(RenderedFile(launch.extra_config_file_name(d), config_text, "0644"))
+    secret_flags = secrets.server_secret_flags(d)
+    if secret_flags:
+        out.append(RenderedFile(secrets.SERVER_SECRETS_FILE, secrets.server_secrets_text(secret_flags), secrets.SECRET_MODE, True,
+                                secrets.server_secrets_text(dict.fromkeys(secret_flags, secrets.MASK))))
     secret_env = launch.secret_env(d)
     if secret_env:
         out.append(RenderedFile(secrets.SECRETS_ENV, secrets.env_file_text(secret_env), secrets.SECRET_MODE, True,

@@ -325,6 +325,11 @@ VARIABLES: tuple[Var, ...] = (
     _v("hicache_skip_server_warmup", "bool", False, "--skip-server-warmup.", flag="--skip-server-warmup"),
     _v("hicache_enable_metrics", "bool", True, "--enable-metrics: needed to see L3 hits (verify, bench)."),
     _v("hicache_enable_cache_report", "bool", True, "--enable-cache-report: cached_tokens in every response (verify, bench)."),
+    _v("hicache_admin_api_key", "str", None, "SGLang's --admin-api-key: the key of its admin endpoints (/hicache/storage-backend: what is attached, "
+       "attach, detach), which verify and status then send. Keep it in Ansible Vault: it reaches SGLang only in cfg/server_secrets.yaml (mode 0600, "
+       "read by SGLang's --config), never start.sh or argv. None: the server has no admin key, and SGLang refuses a runtime detach.",
+       flag="--admin-api-key", secret=True,
+       domain=Domain("printable ASCII without spaces, not starting with -", "admin-example", "token-characters", pattern=r"[\x21-\x2c\x2e-\x7e][\x21-\x7e]*")),
     _v("hicache_extra_args", "list", [], "Further SGLang flags, appended as given (checked against the real parser by the conformance tests).",
        domain=Domain("words (strings or numbers)", ["--log-level", "info"], "type", item_types=("str", "int", "float"))),
     # --- the router (hosts of the hicache_routers group) ---------------------------------------------

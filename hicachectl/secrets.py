@@ -20,6 +20,15 @@ MASK = "********"
 SECRETS_ENV = "secrets.env"  # in cfg/, mode 0600: NAME=value lines, the format of `docker run --env-file`
 SECRET_MODE = "0600"
 DEFAULT_SECRET_EXTRA_CONFIG_FILE = "extra_config.json"  # when hicache_extra_config holds a secret and no file is named
+# In cfg/, mode 0600: the secret SGLang flags (a secret catalogue variable with a flag, e.g. --admin-api-key) as SGLang's
+# --config file (utils/server_args_config_parser.py, 0.5.20-0.5.23: a .yaml/.yml file of flag names without "--",
+# merged into argv inside the process, so the value is in no process's command line). Written as JSON, which YAML reads.
+SERVER_SECRETS_FILE = "server_secrets.yaml"
+CONFIG_FLAG = "--config"  # SGLang reads one --config only ("Multiple config files specified! Only one allowed.")
+# ServerArgs fields SGLang's /server_info returns as they are (0.5.23's http_server.py server_info: build_server_info
+# redacts only the watermark's secrets), and the flags whose next word its launch_command shows.
+SERVER_INFO_SECRET_FIELDS = ("api_key", "admin_api_key")
+SECRET_SERVER_FLAGS = ("--api-key", "--admin-api-key")
 # Shorter values are masked only where they are known to sit (a variable, an env entry, a config key): found as
 # text anywhere, they would mask unrelated output ("1", "true") and hide nothing worth hiding.
 MIN_TEXT_MASK = 4
@@ -40,6 +49,35 @@ def secret_keys(source: Any) -> frozenset[str]:
 
 def secret_variables() -> tuple[str, ...]:
     return tuple(v.name for v in schema.VARIABLES if v.secret)
+
+
+def server_secret_flags(source: Any) -> dict[str, str]:
+    """The secret SGLang flags the host sets, as SERVER_SECRETS_FILE's keys (the flag without "--") and values."""
+    variables = _vars(source)
+    return {v.flag[2:]: str(variables[v.name]) for v in schema.VARIABLES
+            if v.secret and v.flag and variables.get(v.name) is not None}
+
+
+def server_secrets_text(flags: Mapping[str, str]) -> str:
+    return json.dumps(dict(flags), indent=2) + "\n"
+
+
+def redact_server_info(info: Any) -> Any:
+    """SGLang's /server_info without the keys it returns: SERVER_INFO_SECRET_FIELDS, and the word after a secret flag in
+    its launch_command (0.5.23 records the argv after merging --config, so a key given in a config file shows there too)."""
+    if not isinstance(info, Mapping):
+        return info
+    out = {k: (MASK if k in SERVER_INFO_SECRET_FIELDS and v is not None else v) for k, v in info.items()}
+    command = out.get("launch_command")
+    if isinstance(command, list):
+        words = [str(w) for w in command]
+        out["launch_command"] = [MASK if i and words[i - 1] in SECRET_SERVER_FLAGS else
+                                 (w.split("=", 1)[0] + "=" + MASK if w.split("=", 1)[0] in SECRET_SERVER_FLAGS and "=" in w else w)
+                                 for i, w in enumerate(words)]
+    elif isinstance(command, str):
+        flags = "|".join(map(re.escape, SECRET_SERVER_FLAGS))
+        out["launch_command"] = re.sub(rf"({flags})([= ]+)(\S+)", lambda m: m.group(1) + m.group(2) + MASK, command)
+    return out
 
 
 def _walk(value: Any, path: tuple[str, ...] = ()) -> Iterable[tuple[tuple[str, ...], Any]]:

@@ -59,14 +59,8 @@ L3_BACKEND = "L3 backend"  # the check's name
 
 
 def admin_api_key(d) -> str | None:
-    """The server's --admin-api-key, when the inventory gives it (hicache_extra_args: the only place it can today)."""
-    words = [str(w) for w in d.extra_args or ()]
-    for i, word in enumerate(words):
-        if word == ADMIN_KEY_FLAG and i + 1 < len(words):
-            return words[i + 1]
-        if word.startswith(ADMIN_KEY_FLAG + "="):
-            return word[len(ADMIN_KEY_FLAG) + 1:]
-    return None
+    """The server's --admin-api-key: hicache_admin_api_key (validate refuses the flag in hicache_extra_args)."""
+    return d.admin_api_key
 
 
 def storage_backend_request(d) -> dict[str, Any]:
@@ -118,8 +112,7 @@ def storage_backend_check(d, answer: Mapping[str, Any] | None, info: Mapping[str
     if code in (401, 403):
         given = admin_api_key(d)
         return _check(L3_BACKEND, NOT_CHECKED, f"GET {STORAGE_BACKEND_PATH} answered {code}: the server wants its admin API key"
-                      + (f", and refused the one {ADMIN_KEY_FLAG} gives in hicache_extra_args" if given else
-                         f"; give it as {ADMIN_KEY_FLAG} in hicache_extra_args"))
+                      + (", and refused hicache_admin_api_key" if given else "; set hicache_admin_api_key (in Ansible Vault)"))
     return _check(L3_BACKEND, NOT_CHECKED, f"GET {STORAGE_BACKEND_PATH} answered {code if code > 0 else 'nothing'}")
 
 

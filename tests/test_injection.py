@@ -35,7 +35,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import LINE_BREAKING, NASTY
 
-from hicachectl import launch, limits, nic, render, rules, schema, storage
+from hicachectl import launch, limits, nic, render, rules, schema, secrets, storage
 
 ATTACKS = [
     "x\nExecStartPre=/bin/touch /tmp/pwned", "x\r\nEnvironment=LD_PRELOAD=/tmp/x.so", "x\\\nExecStart=/bin/sh", "%n", "100%", "%%",
@@ -204,7 +204,9 @@ def check_scripts(d, files: dict[str, str]) -> None:
 def check_other_files(d, files: dict[str, str]) -> None:
     config = launch.extra_config(d)
     for fname, text in files.items():
-        if fname.endswith(".json") and fname != render.INSTALLED:
+        if fname == secrets.SERVER_SECRETS_FILE:  # SGLang reads it as YAML: every value arrives as it is
+            assert yaml.safe_load(text) == secrets.server_secret_flags(d) != {}
+        elif fname.endswith(".json") and fname != render.INSTALLED:
             assert json.loads(text) == config
         elif fname.endswith(".toml"):
             assert tomllib.loads(text) == config

@@ -24,7 +24,8 @@ from hicachectl import launch, render, rules, secrets, tunnel
 TOKEN = "hf_TOKENsecretVALUE1234567890"
 ENV_SECRET = "p@ss w0rd$HOME=1\\x'q"  # spaces, $, =, a backslash and a quote: verbatim through the env file
 OBJ_SECRET = "OBJsecretKEY9876543210"
-SECRET_VALUES = (TOKEN, ENV_SECRET, OBJ_SECRET)
+ADMIN_KEY = "adminKEY'\"$x:5566"  # quotes, $ and : : verbatim through server_secrets.yaml (JSON, read by SGLang as YAML)
+SECRET_VALUES = (TOKEN, ENV_SECRET, OBJ_SECRET, ADMIN_KEY)
 
 VAST = yaml.safe_load((ROOT / "inventories/vast/group_vars/all.yml").read_text())
 SECRET_VARS = {
@@ -33,6 +34,7 @@ SECRET_VARS = {
     "hicache_container_env": {"SAFETENSORS_FAST_GPU": "1", "AWS_SECRET_ACCESS_KEY": ENV_SECRET},
     "hicache_extra_config": {**VAST["hicache_extra_config"], "secret_key": OBJ_SECRET},
     "hicache_secret_keys": ["AWS_SECRET_ACCESS_KEY", "secret_key"],
+    "hicache_admin_api_key": ADMIN_KEY,
 }
 
 
@@ -90,10 +92,11 @@ def test_render_out_keeps_secrets_in_0600_files_only(inventory, tmp_path):
     assert_no_secret(proc.stdout + proc.stderr, "render --out")
     cfg = out / "gpu-a"
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in cfg.iterdir()}
-    assert modes["secrets.env"] == 0o600 and modes["extra_config.json"] == 0o600
+    assert modes["secrets.env"] == modes["extra_config.json"] == modes["server_secrets.yaml"] == 0o600
     assert modes["start.sh"] == modes["run.sh"] == modes["serve.sh"] == 0o755
+    assert "--config /cfg/server_secrets.yaml" in (cfg / "start.sh").read_text()
     for path in cfg.iterdir():
-        if path.name not in ("secrets.env", "extra_config.json"):
+        if path.name not in ("secrets.env", "extra_config.json", "server_secrets.yaml"):
             assert_no_secret(path.read_text(), str(path))
     assert (cfg / "secrets.env").read_text().splitlines()[-1] == f"AWS_SECRET_ACCESS_KEY={ENV_SECRET}"
     assert json.loads((cfg / "extra_config.json").read_text())["secret_key"] == OBJ_SECRET
@@ -173,7 +176,10 @@ def test_the_role_fact_carries_masked_text_and_the_secret_file_filter_the_real_o
     rendered = module.hicache_files(SECRET_VARS, "gpu-a")
     assert_no_secret(json.dumps(rendered), "hicache_files")
     secret_files = [f["name"] for f in rendered["files"] if f["secret"]]
-    assert sorted(secret_files) == ["extra_config.json", "secrets.env"]
+    assert sorted(secret_files) == ["extra_config.json", "secrets.env", "server_secrets.yaml"]
+    assert yaml.safe_load(module.hicache_secret_file(SECRET_VARS, "gpu-a", "server_secrets.yaml")) == {"admin-api-key": ADMIN_KEY}
+    assert rendered["absent_secret_files"] == []
+    assert module.hicache_files(VAST, "gpu-a")["absent_secret_files"] == ["/root/vastdata/cfg/secrets.env", "/root/vastdata/cfg/server_secrets.yaml"]
     assert ENV_SECRET in module.hicache_secret_file(SECRET_VARS, "gpu-a", "secrets.env")
     with pytest.raises(Exception, match="no file holding secrets"):
         module.hicache_secret_file(SECRET_VARS, "gpu-a", "start.sh")
@@ -305,3 +311,48 @@ def test_a_finding_never_quotes_a_secret(tmp_path):
         assert "98765432123" not in proc.stdout + proc.stderr and "hicache_model_hub_token" in proc.stdout + proc.stderr
     findings = _filter_module().hicache_findings({**SECRET_VARS, "hicache_model_hub_token": 98765432123}, "gpu-a")
     assert findings and "98765432123" not in json.dumps(findings)
+
+
+# --- secret SGLang flags ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("words", [["--admin-api-key", "k3y-value"], ["--admin-api-key=k3y-value"], ["--admin-api", "k3y-value"],
+                                   ["--api-key", "k3y-value"], ["--api-key=k3y-value"]])
+def test_a_secret_flag_in_extra_args_is_refused_naming_the_variable_and_never_the_value(words):
+    d, findings = rules.check_host("gpu-a", {**VAST, "hicache_extra_args": ["--log-level", "info", *words]})
+    errors = [f for f in findings if f.level == "error"]
+    assert [(f.variable, f.rule) for f in errors] == [("hicache_extra_args[2]", "secret-flag")], [f.format() for f in findings]
+    assert "k3y-value" not in errors[0].format()
+    assert errors[0].fix.startswith("remove it and its value, and set hicache_admin_api_key") == ("admin" in words[0])
+
+
+def test_sglangs_one_config_file_is_the_secrets_file_when_there_is_one():
+    d, findings = rules.check_host("gpu-a", {**VAST, "hicache_admin_api_key": "k", "hicache_extra_args": ["--config", "/etc/x.yaml"]})
+    assert [(f.variable, f.rule) for f in findings if f.level == "error"] == [("hicache_extra_args[0]", "managed-flag")]
+    d, findings = rules.check_host("gpu-a", {**VAST, "hicache_extra_args": ["--config", "/etc/x.yaml"]})
+    assert not rules.has_errors(findings)
+    d, findings = rules.check_host("gpu-a", {**VAST, "hicache_extra_config_file": "server_secrets.yaml"})
+    assert "hicache_extra_config_file" in [f.variable for f in findings if f.level == "error"]
+
+
+def test_the_admin_key_is_in_its_0600_file_only_and_argv_names_the_file():
+    d = deployment(SECRET_VARS)
+    assert launch.server_args(d)[-2:] == ["--config", "/cfg/server_secrets.yaml"]
+    (secret_file,) = [f for f in render.files(d) if f.name == "server_secrets.yaml"]
+    assert secret_file.secret and secret_file.mode == "0600" and ADMIN_KEY not in secret_file.shown
+    assert json.loads(secret_file.content) == {"admin-api-key": ADMIN_KEY}  # JSON: YAML reads it as the same mapping
+    assert yaml.safe_load(secret_file.content) == {"admin-api-key": ADMIN_KEY}
+    from helpers import deployment as profile
+    runtime_none = profile("local", admin_api_key="k", container_runtime="none")  # the server reads the host's own cfg/
+    assert runtime_none.container_runtime == "none" and launch.server_args(runtime_none)[-1] == f"{runtime_none.cfg_dir}/server_secrets.yaml"
+    rotated = deployment({**SECRET_VARS, "hicache_admin_api_key": "another-key"})
+    assert render.deployed(rotated, render.files(rotated))["config_hash"] != render.deployed(d, render.files(d))["config_hash"]
+
+
+def test_server_info_as_sglang_answers_it_is_shown_without_its_keys():
+    info = {"admin_api_key": "adm1n", "api_key": None, "model_path": "m",
+            "launch_command": "--model-path m --admin-api-key adm1n --api-key=k2y --page-size 16"}
+    shown = secrets.redact_server_info(info)
+    assert shown["admin_api_key"] == secrets.MASK and shown["api_key"] is None and shown["model_path"] == "m"
+    assert "adm1n" not in json.dumps(shown) and "k2y" not in json.dumps(shown) and "--page-size 16" in shown["launch_command"]
+    assert "adm1n" not in json.dumps(secrets.redact_server_info({**info, "launch_command": info["launch_command"].split()}))
+    assert secrets.redact_server_info(None) is None

@@ -336,7 +336,7 @@ def test_without_an_admin_key_sglang_refuses_the_detach_too_so_the_started_backe
 
 def test_a_server_that_wants_its_admin_key_is_not_checked(local):
     check = backend_check(local, verify.judge(local, observations(local, storage_backend=answered(401, json={"error": "Unauthorized"})), l3=False))
-    assert check["status"] == "not checked" and "give it as --admin-api-key in hicache_extra_args" in check["detail"]
+    assert check["status"] == "not checked" and "set hicache_admin_api_key" in check["detail"]
 
 
 def test_no_backend_in_the_inventory_and_none_attached_is_no_check():
@@ -348,10 +348,9 @@ def test_no_backend_in_the_inventory_and_none_attached_is_no_check():
 
 
 def test_the_plan_asks_it_with_the_admin_key_the_inventory_gives():
-    d = deployment("local", port=30001, extra_args=["--admin-api-key", "s3cret"])
+    d = deployment("local", port=30001, admin_api_key="s3cret")
     assert verify.plan(d, "salt")["storage_backend"] == {"url": "http://127.0.0.1:30001/hicache/storage-backend",
                                                            "headers": {"Authorization": "Bearer s3cret"}}
-    assert verify.admin_api_key(deployment("local", extra_args=["--admin-api-key=k2"])) == "k2"
     assert verify.plan(deployment("local"), "salt")["storage_backend"]["headers"] == {}
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import posixpath
 import re
 
-from hicachectl import schema
+from hicachectl import schema, secrets
 from hicachectl.model import PREFIX, version_tuple
 from hicachectl.rules.findings import rule
 from hicachectl.rules.variables import _TYPE_WORDS, _type_ok
@@ -172,6 +172,20 @@ _INCOMPATIBLE_FLAGS = {
 }
 
 
+# SGLang flags whose value is a secret: in hicache_extra_args it would be written into start.sh, shown by every --diff
+# and in the process list. The variable that carries it instead, or None (what hicache-deploy cannot deploy yet).
+_SECRET_FLAGS = {flag: next((v.name for v in schema.VARIABLES if v.flag == flag), None) for flag in secrets.SECRET_SERVER_FLAGS}
+_SECRET_ON_ARGV = "a secret here is written into start.sh, shown by every --diff and in the process list"
+
+
+def _secret_flag(flag: str) -> str | None:
+    """The secret flag `flag` spells, itself or as an abbreviation argparse expands (`--admin-api` for --admin-api-key)."""
+    if flag in _SECRET_FLAGS:
+        return flag
+    spelled = [secret for secret in _SECRET_FLAGS if len(flag) > 3 and secret.startswith(flag)]
+    return spelled[0] if len(spelled) == 1 else None
+
+
 @rule
 def _extra_args(d, out):
     for i, arg in enumerate(d.extra_args):
@@ -179,7 +193,19 @@ def _extra_args(d, out):
             out.error(f"hicache_extra_args[{i}]", "type", f"is {type(arg).__name__}; each extra argument is one word.", "quote it as a string.")
             continue
         flag = str(arg).split("=", 1)[0]
-        if flag in _INCOMPATIBLE_FLAGS:
+        secret = _secret_flag(flag) if flag.startswith("--") else None
+        if secret and _SECRET_FLAGS[secret]:
+            out.error(f"hicache_extra_args[{i}]", "secret-flag", f"{flag}: {_SECRET_ON_ARGV}.",
+                      f"remove it and its value, and set {_SECRET_FLAGS[secret]} (keep it in Ansible Vault): it reaches SGLang in a file of mode 0600.")
+        elif secret:
+            out.error(f"hicache_extra_args[{i}]", "secret-flag", f"{flag}: {_SECRET_ON_ARGV}; and verify, status and bench send no API key, "
+                      "so SGLang would refuse each of their requests (401).", "remove it and its value: hicache-deploy cannot deploy a server "
+                      "that requires an API key yet (its admin endpoints' key is hicache_admin_api_key).")
+        elif flag == secrets.CONFIG_FLAG and secrets.server_secret_flags(d):
+            out.error(f"hicache_extra_args[{i}]", "managed-flag", f"{flag}: SGLang reads one --config file, and "
+                      f"{', '.join(v.name for v in schema.VARIABLES if v.secret and v.flag)} is passed in one.",
+                      "give those options in hicache_extra_args themselves.")
+        elif flag in _INCOMPATIBLE_FLAGS:
             out.error(f"hicache_extra_args[{i}]", "incompatible-flag", f"{flag}: {_INCOMPATIBLE_FLAGS[flag]}", f"remove {flag}.")
         elif flag.startswith("--") and _managed(flag):
             out.error(f"hicache_extra_args[{i}]", "managed-flag", f"{flag} is rendered from {_managed(flag)}; giving it twice makes the last one win silently.",
@@ -224,7 +250,8 @@ def _extra_config_file(d, out):
     name = d.extra_config_file
     if name is None:
         return
-    reserved = ("start.sh", "run.sh", "serve.sh", "installed.json", "deployed.json", "secrets.env", f"{d.service_name}.service")
+    reserved = ("start.sh", "run.sh", "serve.sh", "installed.json", "deployed.json", secrets.SECRETS_ENV, secrets.SERVER_SECRETS_FILE,
+                f"{d.service_name}.service")
     if "/" in name or name in reserved:
         out.error("hicache_extra_config_file", "extra-config-file", f"{name!r} must be a plain file name in the config directory, other than {', '.join(reserved)}.",
                   "use e.g. nixl_backend_config.toml.")

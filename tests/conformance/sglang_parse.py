@@ -99,7 +99,8 @@ def check(request, workdir):
         local = pathlib.Path(workdir) / path.lstrip("/")
         local.parent.mkdir(parents=True, exist_ok=True)
         local.write_text(content)
-        argv = [a.replace("@" + path, "@" + str(local)) for a in argv]
+        # where start.sh names it: @path (the extra config) or the path itself (--config)
+        argv = [str(local) if a == path else a.replace("@" + path, "@" + str(local)) for a in argv]
     os.environ.clear()
     os.environ.update(BASE_ENV, **request.get("env", {}))
     captured = io.StringIO()

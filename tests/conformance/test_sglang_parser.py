@@ -170,3 +170,19 @@ def test_the_check_catches_what_it_must(sglang_parse):
     assert rewritten["rewrites"]["hicache_mem_layout"]["resolved"] == "page_first_direct" and not rewritten["ok"]
     assert "colon" in colon["error"]
     assert "divisible by page_size" in chunk["error"]
+
+
+def test_the_admin_key_reaches_sglang_through_its_config_file_and_no_command_line(sglang_parse):
+    """hicache_admin_api_key: in server_secrets.yaml (0600), read by SGLang's own --config merge; start.sh and argv
+    carry only the file's path."""
+    key = "adm-Key_with.$pecial:chars!"
+    for version in ("0.5.21", "0.5.23"):
+        d = deployment("local", admin_api_key=key, sglang_version=version)
+        request = request_for(d)
+        assert key not in json.dumps(request["argv"]) and key not in rendered(d)["start.sh"]
+        assert request["argv"][-2:] == ["--config", f"{launch.server_cfg_dir(d)}/server_secrets.yaml"]
+        secret_file = next(f for f in render.files(d) if f.name == "server_secrets.yaml")
+        assert secret_file.secret and secret_file.mode == "0600" and key not in secret_file.shown
+        (result,) = sglang_parse(version, [request])
+        assert_accepted(result, f"admin key with SGLang {version}")
+        assert result["args"]["admin_api_key"] == key

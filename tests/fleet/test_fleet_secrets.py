@@ -23,6 +23,7 @@ pytestmark = pytest.mark.slow
 TOKEN = "hf_FLEETtokenSECRET0123456789"
 ENV_SECRET = "fleet s3cret$VALUE=42\\z"
 NEW_SECRET = "rotated-FLEET-secret-9876"
+ADMIN_KEY = "fleet-ADMIN-key_31337"  # hicache_admin_api_key: SGLang's --admin-api-key, through server_secrets.yaml
 CFG = "/opt/sglang-hicache/cfg"
 
 
@@ -36,6 +37,7 @@ def variables(secret: str) -> dict:
         "hicache_model_hub_token": TOKEN,
         "hicache_container_env": {"STANDIN_LOAD_SECONDS": "2", "OBJECT_STORE_SECRET": secret},
         "hicache_secret_keys": ["OBJECT_STORE_SECRET"],
+        "hicache_admin_api_key": ADMIN_KEY,
     }
 
 
@@ -53,9 +55,9 @@ def test_plan_and_deploy_never_show_a_secret_and_the_server_gets_it(secret_fleet
     inventory = secret_fleet.inventory(extra_vars=variables(ENV_SECRET), name="secrets")
     for args in (("plan",), ("plan", "--json")):
         proc = cli(*args, "--inventory", str(inventory))
-        assert_hidden(proc.stdout + proc.stderr, TOKEN, ENV_SECRET)
+        assert_hidden(proc.stdout + proc.stderr, TOKEN, ENV_SECRET, ADMIN_KEY)
     deploy = cli("deploy", "--inventory", str(inventory), "--diff", check_rc=0)
-    assert_hidden(deploy.stdout + deploy.stderr, TOKEN, ENV_SECRET)
+    assert_hidden(deploy.stdout + deploy.stderr, TOKEN, ENV_SECRET, ADMIN_KEY)
     for host in secret_fleet.hosts:
         pid = secret_fleet.ssh(host, "systemctl show --property=MainPID --value sglang-hicache.service").stdout.strip()
         assert pid not in ("", "0")
@@ -66,14 +68,25 @@ def test_plan_and_deploy_never_show_a_secret_and_the_server_gets_it(secret_fleet
         listing = secret_fleet.ssh(host, f"stat -c '%a %U %n' {CFG}/secrets.env; ls -a {CFG}").stdout
         assert listing.startswith(f"600 root {CFG}/secrets.env"), listing
         assert not [n for n in listing.split() if n.startswith("secrets.env.")], listing
-        grep = secret_fleet.ssh(host, f"grep -rlF -e {shlex.quote(ENV_SECRET)} -e {TOKEN} /opt/sglang-hicache /etc/systemd/system 2>/dev/null")
-        assert grep.stdout.split() == [f"{CFG}/secrets.env"], grep.stdout
+        grep = secret_fleet.ssh(host, f"grep -rlF -e {shlex.quote(ENV_SECRET)} -e {TOKEN} -e {ADMIN_KEY} /opt/sglang-hicache /etc/systemd/system 2>/dev/null")
+        assert sorted(grep.stdout.split()) == [f"{CFG}/secrets.env", f"{CFG}/server_secrets.yaml"], grep.stdout
+        assert secret_fleet.ssh(host, f"stat -c '%a %U' {CFG}/server_secrets.yaml").stdout.split() == ["600", "root"]
         ps = secret_fleet.ssh(host, "ps -eo args")
         assert ps.returncode == 0
-        assert_hidden(ps.stdout, TOKEN, ENV_SECRET)
+        assert_hidden(ps.stdout, TOKEN, ENV_SECRET, ADMIN_KEY)
     again = cli_json("deploy", "--inventory", str(inventory))
     assert again["ok"] and all(r["changed"] == 0 for r in again["hosts"].values()), again
     assert_hidden(json.dumps(again), TOKEN, ENV_SECRET)
+    # The server has the admin key (its admin endpoint answers status's request, which sends it), and neither status
+    # nor verify shows it, though /server_info, as SGLang answers it, carries it whole.
+    for args in (("status", "--json"), ("status",), ("verify", "--json"), ("verify",)):
+        proc = cli(*args, "--inventory", str(inventory))
+        assert proc.returncode in (0, 1), proc.stderr[-2000:]
+        assert_hidden(proc.stdout + proc.stderr, TOKEN, ENV_SECRET, ADMIN_KEY)
+        if args == ("status", "--json"):
+            hosts = json.loads(proc.stdout)["hosts"]
+            assert {h: e["storage_backend"]["status"] for h, e in hosts.items()} == dict.fromkeys(secret_fleet.hosts, 200), hosts
+            assert all(e["server_info"]["admin_api_key"] == "********" for e in hosts.values()), hosts
 
 
 def test_a_rotated_secret_restarts_the_server_and_leaves_no_copy_of_the_old_one(secret_fleet):
@@ -93,14 +106,16 @@ def test_a_rotated_secret_restarts_the_server_and_leaves_no_copy_of_the_old_one(
         assert secret_fleet.ssh(host, f"stat -c %a {path}").stdout.strip() == "600"
 
 
-def test_without_secrets_the_env_file_is_removed(secret_fleet):
+def test_without_secrets_their_files_are_removed(secret_fleet):
     host = next(iter(secret_fleet.hosts))
     plain = variables(NEW_SECRET)
     plain["hicache_container_env"] = {"STANDIN_LOAD_SECONDS": "2"}
     plain["hicache_secret_keys"] = []
+    plain["hicache_admin_api_key"] = None
     inventory = secret_fleet.inventory(extra_vars=plain, name="secrets-none")
     assert cli_json("deploy", "--inventory", str(inventory), "--limit", host)["ok"]
     assert secret_fleet.ssh(host, f"test -e {CFG}/secrets.env").returncode == 1
+    assert secret_fleet.ssh(host, f"test -e {CFG}/server_secrets.yaml").returncode == 1
 
 
 VAULT_PASSWORD = "fleet vault password"

@@ -38,7 +38,27 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+def merge_config(argv):
+    """SGLang's --config (utils/server_args_config_parser.py merge_config_with_args): the file's options, as flags,
+    go before the command line, which wins. SGLang reads YAML; the stand-in reads the JSON subset (PyYAML need not be
+    on a test host), which is what hicache-deploy writes."""
+    if "--config" not in argv:
+        return list(argv)
+    at = argv.index("--config")
+    with open(argv[at + 1]) as handle:
+        config = json.load(handle)
+    words = []
+    for key, value in config.items():
+        if value is True:
+            words.append(f"--{key}")
+        elif value not in (False, None):
+            words += [f"--{key}", json.dumps(value) if isinstance(value, dict) else str(value)]
+    return words + list(argv[:at]) + list(argv[at + 2:])
+
+
 def parse_args(argv):
+    argv = merge_config(argv)
+    launch_command = " ".join(argv)  # SGLang 0.5.23 (sampling/watermarking/core.py redact_watermark_command_line): one string
     parser = argparse.ArgumentParser(prog="sglang-standin", allow_abbrev=False)
     parser.add_argument("--model-path", required=True)
     parser.add_argument("--served-model-name")
@@ -59,6 +79,7 @@ def parse_args(argv):
     parser.add_argument("--enable-cache-report", action="store_true")
     args, _ = parser.parse_known_args(argv)  # every other SGLang flag is accepted and ignored
     args.served_model_name = args.served_model_name or args.model_path
+    args.launch_command = launch_command
     return args
 
 
@@ -246,7 +267,9 @@ def handler_for(server):
                 return self.send(200, {"model_path": args.model_path, "served_model_name": args.served_model_name, "revision": args.revision,
                                        "page_size": args.page_size, "kv_cache_dtype": args.kv_cache_dtype, "tp_size": args.tp_size,
                                        "pp_size": args.pp_size, "hicache_storage_backend": args.hicache_storage_backend,
-                                       "hicache_write_policy": args.hicache_write_policy, "version": "standin"})
+                                       "hicache_write_policy": args.hicache_write_policy, "version": "standin",
+                                       # as SGLang 0.5.23 answers them: its ServerArgs' keys, and the argv after --config's merge
+                                       "api_key": None, "admin_api_key": args.admin_api_key, "launch_command": args.launch_command})
             if self.path == "/v1/models":
                 return self.send(200, {"object": "list", "data": [{"id": server.args.served_model_name, "object": "model"}]})
             if self.path == "/metrics" and server.args.enable_metrics:
