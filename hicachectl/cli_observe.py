@@ -124,6 +124,9 @@ def verify(inventory: str = common.InventoryOpt, limit: str | None = common.Limi
                   [secrets.mask_text(line, hidden) for line in verdict["lines"]])
 
 
+NOT_CHECKED_NOTE = "not checked"  # how a role's hicache_note says what its checks could not see (storage, nic_tuning)
+
+
 def verify_verdict(outcomes: Mapping[str, Any], l3: bool) -> dict[str, Any]:
     """verify's judgement, pure: `outcomes` are the hosts' runner.HostResult in the order shown, each with the
     hicache_verify_report verify.judge made on the host (none: the host could not be checked), its gaps (what
@@ -142,8 +145,12 @@ def verify_verdict(outcomes: Mapping[str, Any], l3: bool) -> dict[str, Any]:
             continue
         gaps = [{"check": gap.task, "status": verify.NOT_CHECKED, "detail": gap.reason, "cause": "tolerated: hicache_strict is false"}
                 for gap in outcome.gaps]
+        # What a role's checks could not see (the NFS client's pNFS layout, a NIC setting the inventory leaves): not checked,
+        # said so in the table and counted, not a gap the inventory tolerates (the host is not degraded by it).
+        unseen = [{"check": note.task, "status": verify.NOT_CHECKED, "detail": note.text[len(NOT_CHECKED_NOTE):].lstrip(": ").removeprefix("on "),
+                   "cause": ""} for note in outcome.notes if note.text.startswith(NOT_CHECKED_NOTE)]
         ok = verdict["ok"] and not outcome.interrupted
-        hosts[host] = {"ok": ok, "status": "passed" if ok and not gaps else ("degraded" if ok else "failed"), "checks": gaps + verdict["checks"]}
+        hosts[host] = {"ok": ok, "status": "passed" if ok and not gaps else ("degraded" if ok else "failed"), "checks": gaps + unseen + verdict["checks"]}
         if not ok and code == common.EXIT_OK:
             code = common.EXIT_INVALID
     lines = [report.table(["host", "check", "result", "detail"],

@@ -129,6 +129,17 @@ def test_verify_a_tolerated_gap_is_a_check_not_made_and_the_host_degraded():
     assert verdict["lines"][-1] == "verify: passed, DEGRADED (1 check(s) not made; degraded: a)"
 
 
+def test_verify_says_what_a_roles_checks_could_not_see_as_not_checked_without_degrading_the_host():
+    notes = [Note("Say what the NFS client does not show (not checked)", "not checked on /mnt/kvcache: which layout the pNFS client uses"),
+             Note("Restart the server", "restarted: the config changed")]  # a note that is not about a check stays out
+    verdict = cli_observe.verify_verdict({"a": outcome("a", PASSED, notes=notes)}, l3=False)
+    assert verdict["exit_code"] == 0 and verdict["hosts"]["a"]["status"] == "passed"
+    assert verdict["hosts"]["a"]["checks"][0] == {"check": notes[0].task, "status": "not checked",
+                                                  "detail": "/mnt/kvcache: which layout the pNFS client uses", "cause": ""}
+    assert len(verdict["hosts"]["a"]["checks"]) == 2
+    assert verdict["lines"][-1] == "verify: passed (1 check(s) not made)"
+
+
 def test_verify_a_failed_check_is_exit_1_with_its_cause():
     verdict = cli_observe.verify_verdict({"a": outcome("a", FAILED), "b": outcome("b", PASSED)}, l3=False)
     assert verdict["exit_code"] == 1 and verdict["hosts"]["a"]["status"] == "failed"
