@@ -12,6 +12,7 @@ server reads pages another server wrote, and every server writes pages another r
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -90,6 +91,8 @@ def storage_backend_check(d, answer: Mapping[str, Any] | None, info: Mapping[str
         drift = [f"{what} {body[field]} (inventory: {wanted})" for field, what, wanted in
                  (("hicache_write_policy", "write policy", d.write_policy), ("hicache_storage_prefetch_policy", "prefetch policy", d.prefetch_policy))
                  if wanted is not None and body.get(field) not in (None, wanted)]
+        if "hicache_storage_backend_extra_config" in body and not _same_extra_config(d, body.get("hicache_storage_backend_extra_config")):
+            drift.append("another backend config than the inventory's (its hicache_extra_config)")
         if drift:
             return _check(L3_BACKEND, FAIL, f"{want} attached, set at runtime to " + ", ".join(drift), fix + ".")
         return _check(L3_BACKEND, PASS, f"{want} attached (GET {STORAGE_BACKEND_PATH})")
@@ -114,6 +117,26 @@ def storage_backend_check(d, answer: Mapping[str, Any] | None, info: Mapping[str
         return _check(L3_BACKEND, NOT_CHECKED, f"GET {STORAGE_BACKEND_PATH} answered {code}: the server wants its admin API key"
                       + (", and refused hicache_admin_api_key" if given else "; set hicache_admin_api_key (in Ansible Vault)"))
     return _check(L3_BACKEND, NOT_CHECKED, f"GET {STORAGE_BACKEND_PATH} answered {code if code > 0 else 'nothing'}")
+
+
+def _same_extra_config(d, attached: Any) -> bool:
+    """Whether the extra config GET /hicache/storage-backend reports is the one the inventory starts the server with:
+    SGLang keeps the --hicache-storage-backend-extra-config text it started with (inline JSON, or @<file>), or the JSON
+    of a runtime attach (tokenizer_control_mixin.py attach_hicache_storage). The role's io_uring fallback (posix_aio
+    where io_uring failed on the host) is the inventory's too."""
+    from hicachectl import launch
+
+    def meaning(text: Any) -> Any:
+        if not isinstance(text, str) or not text or text.startswith("@"):
+            return text or None
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+
+    wanted = {json.dumps(meaning(launch.extra_config_arg(config)), sort_keys=True)
+              for config in (d, launch.uring_fallback(d) if launch.uses_uring(d) else d)}
+    return json.dumps(meaning(attached), sort_keys=True) in wanted
 
 
 def detached(check: Mapping[str, Any] | None) -> bool:

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 from helpers import deployment
 
-from hicachectl import verify
+from hicachectl import launch, verify
 
 
 def answered(status=200, json=None, content=None):
@@ -315,6 +315,31 @@ def test_another_backend_or_policy_attached_at_runtime_fails(local):
     assert other["status"] == "fail" and other["detail"].startswith("nixl attached at runtime, the inventory says file")
     policy = backend_check(local, verify.judge(local, observations(local, storage_backend=attached("file", write="write_back")), l3=False))
     assert policy["status"] == "fail" and "write policy write_back (inventory: write_through)" in policy["detail"]
+
+
+def test_another_backend_config_attached_at_runtime_fails_and_the_started_one_passes_in_any_spelling():
+    d = deployment("local", extra_config={"max_size": "10G", "nested": {"a": 1}})
+    def check(extra):
+        body = {**attached("file")["json"], "hicache_storage_backend_extra_config": extra}
+        return backend_check(d, verify.judge(d, observations(d, storage_backend=answered(json=body)), l3=False))
+    assert check(launch.extra_config_arg(d))["status"] == "pass"
+    assert check('{"nested": {"a": 1},   "max_size": "10G"}')["status"] == "pass"  # a re-attach of the same config
+    changed = check('{"max_size": "1G"}')
+    assert changed["status"] == "fail" and "another backend config than the inventory's" in changed["detail"]
+    assert "1G" not in changed["detail"]  # the config may hold secrets: it is never quoted
+    assert check(None)["status"] == "fail"
+    in_file = deployment("local", extra_config={"max_size": "10G"}, extra_config_file="extra_config.json")
+    body = {**attached("file")["json"], "hicache_storage_backend_extra_config": launch.extra_config_arg(in_file)}
+    assert launch.extra_config_arg(in_file).startswith("@")
+    assert backend_check(in_file, verify.judge(in_file, observations(in_file, storage_backend=answered(json=body)), l3=False))["status"] == "pass"
+
+
+def test_the_io_uring_fallbacks_config_is_the_inventorys():
+    d = deployment("vast")
+    assert launch.uses_uring(d)
+    body = {"hicache_storage_backend": "nixl", "hicache_storage_backend_extra_config": launch.extra_config_arg(launch.uring_fallback(d)),
+            "hicache_storage_prefetch_policy": d.prefetch_policy, "hicache_write_policy": d.write_policy}
+    assert backend_check(d, verify.judge(d, observations(d, storage_backend=answered(json=body)), l3=False))["status"] == "pass"
 
 
 def test_a_server_without_the_route_is_not_checked_never_passed(local):
