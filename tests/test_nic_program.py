@@ -119,10 +119,10 @@ def test_a_null_leaves_the_setting_neither_read_nor_written(sample_connectx):
         assert not {w for w in seen if re.search(r"rings|channels|qos|roce tos|max read request|cpu governor", w)}, seen
         assert {x["what"] for x in report["left"]} == {"ens1f0np0 rings", "ens1f0np0 channels", "ens1f0np0 qos trust", "ens1f0np0 roce tos",
                                                        "ens1f0np0 max read request", "cpu governor"}
-        assert {"what": "ens1f0np0 rings", "reason": "hicache_nic_rings is null: left as it is, not checked"} in report["left"]
+        assert {"what": "ens1f0np0 rings", "reason": "no value in hicache_nic_rings (null or unset): left as it is, not checked"} in report["left"]
         # the role's note says them as not checked (roles/nic_tuning/tasks/checks.yml): neither passed nor failed
         verdict = hoststate.nic_verdict(report, asked=True)
-        assert "ens1f0np0 rings: hicache_nic_rings is null: left as it is, not checked" in verdict["left"]
+        assert "ens1f0np0 rings: no value in hicache_nic_rings (null or unset): left as it is, not checked" in verdict["left"]
         assert not [f for f in verdict["failures"] if "rings" in f]
     assert (sample_connectx / "sys/devices/system/cpu/cpu0/cpufreq/scaling_governor").read_text() == "powersave\n"  # untouched
     assert (sample_connectx / "sys/class/net/ens1f0np0/ecn/roce_np/enable/3").read_text() == "1"  # the rest still applied
