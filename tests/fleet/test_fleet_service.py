@@ -107,8 +107,9 @@ def test_upgrade_rolls_host_by_host_and_a_bad_one_is_rolled_back(served_fleet):
 
     pids = {h: main_pid(served_fleet, h) for h in hosts}
     # A broken image: its server dies at start (systemd restarts it; the health wait stops at the second restart).
-    # The previous server then gets the inventory's whole health timeout to come back, as any start does.
-    bad = served_fleet.inventory(extra_vars={**base, "hicache_container_env": {"STANDIN_EXIT_AT_START": "1"},
+    # The previous server then gets the inventory's whole health timeout to come back, as any start does, on the port
+    # it serves (the broken config moves to another).
+    bad = served_fleet.inventory(extra_vars={**base, "hicache_container_env": {"STANDIN_EXIT_AT_START": "1"}, "hicache_port": 30001,
                                              "hicache_image": "lmsysorg/sglang:v0.5.22-broken"}, name="served-upgrade-bad")
     run = cli("upgrade", "--allow-downgrade", "--inventory", str(bad))  # 0.5.22 after 0.5.23: asked for explicitly
     assert run.returncode == 1
