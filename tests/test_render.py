@@ -221,7 +221,8 @@ def test_render_lists_every_file_the_roles_write(tmp_path):
              "__hicache_server_fallback": plans.as_fact(plans.server_plan(d, uring_fallback=True)),
              "__hicache_router": router.plan(rd, {}, [])}
     not_config = {"roles/sglang_server/tasks/service.yml": {"/etc/hicache/nixl-uring-unavailable"},
-                  "roles/router/tasks/main.yml": {"None/"}}  # the wheelhouse copy (none here: no hicache_router_wheelhouse)
+                  "roles/router/tasks/main.yml": {"None/"},  # the wheelhouse copy (none here: no hicache_router_wheelhouse)
+                  "roles/model/tasks/weights.yml": {"/token"}}  # the hub token, for the download only, in a temporary directory
     written = {dest for task_file, dest in _role_write_paths(facts) if dest not in not_config.get(task_file, set())}
     assert "/etc/fstab" in written and "/etc/nfs.conf.d/hicache-readahead.conf" in written  # the templated lists were read
     # the config directory's files are written in a loop over the plan's files (dest: <cfg_dir>/{{ item.name }})
