@@ -329,7 +329,9 @@ VARIABLES: tuple[Var, ...] = (
        "attach, detach), which verify and status then send. Keep it in Ansible Vault: it reaches SGLang only in cfg/server_secrets.yaml (mode 0600, "
        "read by SGLang's --config), never start.sh or argv. None: the server has no admin key, and SGLang refuses a runtime detach.",
        flag="--admin-api-key", secret=True,
-       domain=Domain("printable ASCII without spaces, not starting with -", "admin-example", "token-characters", pattern=r"[\x21-\x2c\x2e-\x7e][\x21-\x7e]*")),
+       # At least 16 characters: the config hash in the world-readable installed.json covers the secret file too.
+       domain=Domain("printable ASCII without spaces, at least 16 characters, not starting with -", "admin-example-key-0123",
+                     "admin-key", pattern=r"[\x21-\x2c\x2e-\x7e][\x21-\x7e]{15,}")),
     _v("hicache_extra_args", "list", [], "Further SGLang flags, appended as given (checked against the real parser by the conformance tests).",
        domain=Domain("words (strings or numbers)", ["--log-level", "info"], "type", item_types=("str", "int", "float"))),
     # --- the router (hosts of the hicache_routers group) ---------------------------------------------

@@ -27,8 +27,8 @@ SERVER_SECRETS_FILE = "server_secrets.yaml"
 CONFIG_FLAG = "--config"  # SGLang reads one --config only ("Multiple config files specified! Only one allowed.")
 # ServerArgs fields SGLang's /server_info returns as they are (0.5.23's http_server.py server_info: build_server_info
 # redacts only the watermark's secrets), and the flags whose next word its launch_command shows.
-SERVER_INFO_SECRET_FIELDS = ("api_key", "admin_api_key")
-SECRET_SERVER_FLAGS = ("--api-key", "--admin-api-key")
+SERVER_INFO_SECRET_FIELDS = ("api_key", "admin_api_key", "ssl_keyfile_password")
+SECRET_SERVER_FLAGS = ("--api-key", "--admin-api-key", "--ssl-keyfile-password")
 # Shorter values are masked only where they are known to sit (a variable, an env entry, a config key): found as
 # text anywhere, they would mask unrelated output ("1", "true") and hide nothing worth hiding.
 MIN_TEXT_MASK = 4
@@ -63,11 +63,14 @@ def server_secrets_text(flags: Mapping[str, str]) -> str:
 
 
 def redact_server_info(info: Any) -> Any:
-    """SGLang's /server_info without the keys it returns: SERVER_INFO_SECRET_FIELDS, and the word after a secret flag in
-    its launch_command (0.5.23 records the argv after merging --config, so a key given in a config file shows there too)."""
+    """SGLang's /server_info without the keys it returns: SERVER_INFO_SECRET_FIELDS at any depth (its internal_states
+    repeat the server's settings per DP rank), and the word after a secret flag in a launch_command (0.5.23 records
+    the argv after merging --config, so a key given in a config file shows there too)."""
+    if isinstance(info, list):
+        return [redact_server_info(item) for item in info]
     if not isinstance(info, Mapping):
         return info
-    out = {k: (MASK if k in SERVER_INFO_SECRET_FIELDS and v is not None else v) for k, v in info.items()}
+    out = {k: (MASK if k in SERVER_INFO_SECRET_FIELDS and v is not None else redact_server_info(v)) for k, v in info.items()}
     command = out.get("launch_command")
     if isinstance(command, list):
         words = [str(w) for w in command]
@@ -151,8 +154,9 @@ def all_values(sources: Iterable[Any]) -> list[str]:
 
 
 def _forms(value: str) -> list[str]:
-    """The ways a value appears in text we print: as is, JSON-escaped, inside a single-quoted shell word."""
-    forms = {value, json.dumps(value)[1:-1], value.replace("'", "'\"'\"'")}
+    """The ways a value appears in text we print: as is, JSON-escaped, inside a single-quoted shell word, and as
+    Python's repr writes it (SGLang logs its ServerArgs' repr at start: a value with both quotes gets \\')."""
+    forms = {value, json.dumps(value)[1:-1], value.replace("'", "'\"'\"'"), repr(value)[1:-1]}
     return sorted((f for f in forms if len(f) >= MIN_TEXT_MASK), key=len, reverse=True)
 
 

@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import re
 import stat
 import subprocess
 
@@ -326,7 +327,7 @@ def test_a_secret_flag_in_extra_args_is_refused_naming_the_variable_and_never_th
 
 
 def test_sglangs_one_config_file_is_the_secrets_file_when_there_is_one():
-    d, findings = rules.check_host("gpu-a", {**VAST, "hicache_admin_api_key": "k", "hicache_extra_args": ["--config", "/etc/x.yaml"]})
+    d, findings = rules.check_host("gpu-a", {**VAST, "hicache_admin_api_key": "k" * 16, "hicache_extra_args": ["--config", "/etc/x.yaml"]})
     assert [(f.variable, f.rule) for f in findings if f.level == "error"] == [("hicache_extra_args[0]", "managed-flag")]
     d, findings = rules.check_host("gpu-a", {**VAST, "hicache_extra_args": ["--config", "/etc/x.yaml"]})
     assert not rules.has_errors(findings)
@@ -342,9 +343,9 @@ def test_the_admin_key_is_in_its_0600_file_only_and_argv_names_the_file():
     assert json.loads(secret_file.content) == {"admin-api-key": ADMIN_KEY}  # JSON: YAML reads it as the same mapping
     assert yaml.safe_load(secret_file.content) == {"admin-api-key": ADMIN_KEY}
     from helpers import deployment as profile
-    runtime_none = profile("local", admin_api_key="k", container_runtime="none")  # the server reads the host's own cfg/
+    runtime_none = profile("local", admin_api_key="k" * 16, container_runtime="none")  # the server reads the host's own cfg/
     assert runtime_none.container_runtime == "none" and launch.server_args(runtime_none)[-1] == f"{runtime_none.cfg_dir}/server_secrets.yaml"
-    rotated = deployment({**SECRET_VARS, "hicache_admin_api_key": "another-key"})
+    rotated = deployment({**SECRET_VARS, "hicache_admin_api_key": "another-admin-key-0042"})
     assert render.deployed(rotated, render.files(rotated))["config_hash"] != render.deployed(d, render.files(d))["config_hash"]
 
 
@@ -356,3 +357,50 @@ def test_server_info_as_sglang_answers_it_is_shown_without_its_keys():
     assert "adm1n" not in json.dumps(shown) and "k2y" not in json.dumps(shown) and "--page-size 16" in shown["launch_command"]
     assert "adm1n" not in json.dumps(secrets.redact_server_info({**info, "launch_command": info["launch_command"].split()}))
     assert secrets.redact_server_info(None) is None
+
+
+@pytest.mark.parametrize(("where", "variables"), [
+    ("hicache_launcher[3]", {"hicache_launcher": ["python3", "-m", "sglang.launch_server", "--admin-api-key", "k3y-value-0123456789"]}),
+    ("hicache_extra_args[0]", {"hicache_extra_args": ["--admin-api-key k3y-value-0123456789"]}),  # one word holding two
+    ("hicache_extra_args[1]", {"hicache_extra_args": ["--log-level=info", "--ssl-keyfile-password=k3y-value-0123456789"]}),
+])
+def test_a_secret_flag_is_refused_wherever_start_sh_would_write_it(where, variables):
+    d, findings = rules.check_host("gpu-a", {**VAST, **variables})
+    errors = [f for f in findings if f.level == "error"]
+    assert [(f.variable, f.rule) for f in errors] == [(where, "secret-flag")], [f.format() for f in findings]
+    assert "k3y-value" not in errors[0].format()
+
+
+def test_an_admin_key_is_long_and_served_beyond_loopback_it_is_a_warning():
+    d, findings = rules.check_host("gpu-a", {**VAST, "hicache_admin_api_key": "short"})
+    assert [(f.variable, f.level) for f in findings if f.variable == "hicache_admin_api_key"] == [("hicache_admin_api_key", "error")]
+    assert "short" not in " ".join(f.format() for f in findings)
+    for host, warned in (("0.0.0.0", True), ("127.0.0.1", False), (None, False)):
+        d, findings = rules.check_host("gpu-a", {**VAST, "hicache_admin_api_key": "k" * 16, "hicache_host": host})
+        assert any(f.rule == "admin-key-exposed" for f in findings) == warned, host
+
+
+def test_sglangs_internal_states_and_its_log_form_of_a_key_are_masked_too():
+    info = {"internal_states": [{"admin_api_key": "adm1n-key", "ssl_keyfile_password": "pw", "dp": 0}], "api_key": "k"}
+    shown = secrets.redact_server_info(info)
+    assert shown == {"internal_states": [{"admin_api_key": secrets.MASK, "ssl_keyfile_password": secrets.MASK, "dp": 0}], "api_key": secrets.MASK}
+    both_quotes = "a'b\"c-secret"
+    log_line = f"server_args=ServerArgs(admin_api_key={both_quotes!r}, page_size=16)"  # as SGLang logs it at start
+    assert both_quotes not in secrets.mask_text(log_line, [both_quotes])
+    assert repr(both_quotes)[1:-1] not in secrets.mask_text(log_line, [both_quotes]) and "page_size=16" in secrets.mask_text(log_line, [both_quotes])
+
+
+def test_the_health_waits_journal_hides_the_hosts_secrets(monkeypatch):
+    spec = importlib.util.spec_from_file_location("hicache_wait_healthy", ROOT / "plugins/modules/hicache_wait_healthy.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    key = "a'b\"c-admin-key-0123"
+    logged = f"[2026-12-01] server_args=ServerArgs(admin_api_key={key!r}, host='0.0.0.0')\nLoading weights\n"
+    monkeypatch.setattr(module.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, logged, ""))
+    text = module.journal("sglang-hicache.service", [key])
+    assert key not in text and repr(key)[1:-1] not in text and "admin_api_key='********'" in text and "Loading weights" in text
+    # Ansible's own scrubbing of no_log values applies to it as well: the option is no_log.
+    assert re.search(r'"hide": \{[^}]*"no_log": True', (ROOT / "plugins/modules/hicache_wait_healthy.py").read_text())
+    for path in ("roles/sglang_server/tasks/service.yml", "roles/sglang_server/tasks/restart.yml", "playbooks/rollback.yml"):
+        text = (ROOT / path).read_text()
+        assert text.count("hicache.deploy.hicache_wait_healthy:") == text.count("hicache_secret_values(inventory_hostname)"), path

@@ -184,7 +184,7 @@ def test_a_detach_shows_in_the_storage_backend_api_and_stops_l3_and_verify_names
             "--enable-metrics", "--enable-cache-report", "--admin-api-key", "k")
     port, _ = standin(*args, env=sglang_env)
     url = f"http://127.0.0.1:{ready(port)}/hicache/storage-backend"
-    d = deployment("local", page_size=4, storage_backend="file", admin_api_key="k")
+    d = deployment("local", page_size=4, storage_backend="file")
     code, body = call(url, key="k")
     assert verify.storage_backend_check(d, {"status": code, "json": json.loads(body)})["status"] == "pass"
     assert chat(port, " ".join(f"a{i}" for i in range(16)))["usage"]["prompt_tokens_details"]["cached_tokens"] == 0

@@ -373,9 +373,9 @@ def test_no_backend_in_the_inventory_and_none_attached_is_no_check():
 
 
 def test_the_plan_asks_it_with_the_admin_key_the_inventory_gives():
-    d = deployment("local", port=30001, admin_api_key="s3cret")
+    d = deployment("local", port=30001, admin_api_key="s3cret-admin-key-16")
     assert verify.plan(d, "salt")["storage_backend"] == {"url": "http://127.0.0.1:30001/hicache/storage-backend",
-                                                           "headers": {"Authorization": "Bearer s3cret"}}
+                                                           "headers": {"Authorization": "Bearer s3cret-admin-key-16"}}
     assert verify.plan(deployment("local"), "salt")["storage_backend"]["headers"] == {}
 
 

@@ -186,21 +186,49 @@ def _secret_flag(flag: str) -> str | None:
     return spelled[0] if len(spelled) == 1 else None
 
 
+def _secret_flag_error(out, where: str, flag: str, secret: str) -> None:
+    if _SECRET_FLAGS[secret]:
+        out.error(where, "secret-flag", f"{flag}: {_SECRET_ON_ARGV}.",
+                  f"remove it and its value, and set {_SECRET_FLAGS[secret]} (keep it in Ansible Vault): it reaches SGLang in a file of mode 0600.")
+    elif secret == "--api-key":
+        out.error(where, "secret-flag", f"{flag}: {_SECRET_ON_ARGV}; and verify, status and bench send no API key, "
+                  "so SGLang would refuse each of their requests (401).", "remove it and its value: hicache-deploy cannot deploy a server "
+                  "that requires an API key yet (its admin endpoints' key is hicache_admin_api_key).")
+    else:
+        out.error(where, "secret-flag", f"{flag}: {_SECRET_ON_ARGV}.", "remove it and its value: hicache-deploy has no secret variable for it yet.")
+
+
+def _secret_words(words) -> list[tuple[int, str, str]]:
+    """(index, flag, the secret flag it spells) for each word that gives a secret flag; a word holding spaces is read
+    word by word, as a shell or a careless quote would split it."""
+    found = []
+    for i, word in enumerate(words):
+        for part in str(word).split():
+            flag = part.split("=", 1)[0]
+            secret = _secret_flag(flag) if flag.startswith("--") else None
+            if secret:
+                found.append((i, flag, secret))
+                break
+    return found
+
+
+@rule
+def _secret_launcher(d, out):
+    for i, flag, secret in _secret_words(d.launcher or ()):
+        _secret_flag_error(out, f"hicache_launcher[{i}]", flag, secret)
+
+
 @rule
 def _extra_args(d, out):
+    secret_at = {i: (flag, secret) for i, flag, secret in _secret_words(
+        [a if isinstance(a, (str, int, float)) and not isinstance(a, bool) else "" for a in d.extra_args])}
     for i, arg in enumerate(d.extra_args):
         if not isinstance(arg, (str, int, float)) or isinstance(arg, bool):
             out.error(f"hicache_extra_args[{i}]", "type", f"is {type(arg).__name__}; each extra argument is one word.", "quote it as a string.")
             continue
         flag = str(arg).split("=", 1)[0]
-        secret = _secret_flag(flag) if flag.startswith("--") else None
-        if secret and _SECRET_FLAGS[secret]:
-            out.error(f"hicache_extra_args[{i}]", "secret-flag", f"{flag}: {_SECRET_ON_ARGV}.",
-                      f"remove it and its value, and set {_SECRET_FLAGS[secret]} (keep it in Ansible Vault): it reaches SGLang in a file of mode 0600.")
-        elif secret:
-            out.error(f"hicache_extra_args[{i}]", "secret-flag", f"{flag}: {_SECRET_ON_ARGV}; and verify, status and bench send no API key, "
-                      "so SGLang would refuse each of their requests (401).", "remove it and its value: hicache-deploy cannot deploy a server "
-                      "that requires an API key yet (its admin endpoints' key is hicache_admin_api_key).")
+        if i in secret_at:
+            _secret_flag_error(out, f"hicache_extra_args[{i}]", *secret_at[i])
         elif flag == secrets.CONFIG_FLAG and secrets.server_secret_flags(d):
             out.error(f"hicache_extra_args[{i}]", "managed-flag", f"{flag}: SGLang reads one --config file, and "
                       f"{', '.join(v.name for v in schema.VARIABLES if v.secret and v.flag)} is passed in one.",
@@ -304,3 +332,16 @@ def _container_env_backend(d, out):
                       f"is the storage backend's own variable, which hicache-deploy sets from {instead}; set here it wins silently, "
                       "so the server writes where `l3`, `--prune` and `verify --l3` do not look.",
                       f"remove {name} and set {instead.split(' ')[0]}.")
+
+
+@rule
+def _admin_key_exposed(d, out):
+    """SGLang answers /server_info to any caller when it has no --api-key (0.5.23 utils/auth.py decide_request_auth:
+    NORMAL endpoints need a key only when api_key is set), and that answer holds admin_api_key (http_server.py
+    server_info, build_server_info) and the merged argv in launch_command: whoever reaches the port reads the key."""
+    host = d.host or "127.0.0.1"
+    if d.admin_api_key is None or host in ("127.0.0.1", "::1", "localhost") or host.startswith("127."):
+        return
+    out.warn("hicache_admin_api_key", "admin-key-exposed",
+             f"SGLang serves {host}:{d.effective_port}/server_info to any caller, and its answer holds the admin key.",
+             "let only the routers and the operators reach the port (a firewall), or serve on 127.0.0.1.")

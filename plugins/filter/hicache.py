@@ -107,6 +107,16 @@ def hicache_secret_file(hostvars, host, name, uring_fallback=False):
     raise AnsibleFilterError(f"{host} renders no file holding secrets named {name!r}")
 
 
+def hicache_secret_values(hostvars, host):
+    """Every secret value of the host (for a module's no_log option that keeps them out of its result)."""
+    return secrets.values(_hicache_vars(hostvars))
+
+
+def hicache_redact_server_info(info):
+    """SGLang's /server_info answer without the keys it returns (secrets.redact_server_info)."""
+    return secrets.redact_server_info(info)
+
+
 def hicache_settings(hostvars, host, role=None):
     """Every variable of the host with defaults applied and paths resolved; with `role`, checked as that role
     alone needs them (a variable only other roles read may be unset)."""
@@ -221,6 +231,6 @@ def hicache_metric(text, name):
 class FilterModule:
     def filters(self):
         return {f.__name__: f for f in (hicache_findings, hicache_fleet_findings, hicache_files, hicache_host_reads, hicache_secret_file,
-                                        hicache_settings, hicache_preflight,
+                                        hicache_secret_values, hicache_redact_server_info, hicache_settings, hicache_preflight,
                                         hicache_storage, hicache_limits, hicache_nic, hicache_image, hicache_model, hicache_runtime, hicache_mount_state,
                                         hicache_verify_plan, hicache_verify_judge, hicache_metric)}

@@ -36,6 +36,13 @@ options:
     description: Seconds between polls.
     type: int
     default: 5
+  hide:
+    description:
+      - Secret values never returned. SGLang logs its settings at start, its keys among them; each value, as written and as
+        Python's repr writes it, is replaced by C(********) in RV(journal).
+    type: list
+    elements: str
+    default: []
 notes:
   - Supports check mode (returns at once, skipped).
   - Needs systemd on the host (C(systemctl show), C(journalctl)).
@@ -67,6 +74,7 @@ journal:
   type: str
 """
 
+import json
 import subprocess
 import time
 import urllib.error
@@ -93,13 +101,18 @@ def unit_state(unit):
     return props.get("ActiveState", "unknown"), props.get("SubState", ""), int(props.get("NRestarts", "0") or 0)
 
 
-def journal(unit):
-    return subprocess.run(["journalctl", "-u", unit, "-n", "40", "--no-pager", "-o", "cat"], capture_output=True, text=True, check=False).stdout
+def journal(unit, hide=()):
+    text = subprocess.run(["journalctl", "-u", unit, "-n", "40", "--no-pager", "-o", "cat"], capture_output=True, text=True, check=False).stdout
+    forms = {form for value in hide if value for form in (value, repr(value)[1:-1], json.dumps(value)[1:-1])}
+    for form in sorted(forms, key=len, reverse=True):
+        text = text.replace(form, "********")
+    return text
 
 
 def main():
     module = AnsibleModule(argument_spec={"url": {"type": "str", "required": True}, "unit": {"type": "str", "required": True},
-                                          "timeout": {"type": "int", "default": 1800}, "interval": {"type": "int", "default": 5}},
+                                          "timeout": {"type": "int", "default": 1800}, "interval": {"type": "int", "default": 5},
+                                          "hide": {"type": "list", "elements": "str", "default": [], "no_log": True}},
                            supports_check_mode=True)
     params = module.params
     if module.check_mode:
@@ -113,12 +126,13 @@ def main():
             module.exit_json(changed=False, seconds=round(time.monotonic() - start, 1), url=params["url"])
         active, sub, restarts = unit_state(params["unit"])
         if active == "failed" or (active == "inactive" and time.monotonic() - start > params["interval"]):
-            module.fail_json(msg=f"{params['unit']} is {active} ({sub}) and never answered {params['url']}", journal=journal(params["unit"]))
+            module.fail_json(msg=f"{params['unit']} is {active} ({sub}) and never answered {params['url']}", journal=journal(params["unit"], params["hide"]))
         if restarts - restarts_at_start >= 2:
             module.fail_json(msg=f"{params['unit']} crashed and was restarted {restarts - restarts_at_start} times while loading",
-                             journal=journal(params["unit"]))
+                             journal=journal(params["unit"], params["hide"]))
         time.sleep(params["interval"])
-    module.fail_json(msg=f"{params['url']} did not answer 200 within {params['timeout']} s (last answer: {last})", journal=journal(params["unit"]))
+    module.fail_json(msg=f"{params['url']} did not answer 200 within {params['timeout']} s (last answer: {last})",
+                     journal=journal(params["unit"], params["hide"]))
 
 
 if __name__ == "__main__":
