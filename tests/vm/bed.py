@@ -101,19 +101,28 @@ class Bed:
 
     # -- Ansible against the client ---------------------------------------------------------------------------------
     def inventory(self, name: str, variables: dict) -> pathlib.Path:
-        path = self.workdir / f"{name}.yml"
-        host = {"ansible_host": "127.0.0.1", "ansible_port": self.client.ssh_port, "ansible_user": "root",
-                "ansible_ssh_private_key_file": str(self.key), "ansible_python_interpreter": "/usr/bin/python3",
-                "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"}
-        path.write_text(yaml.safe_dump({"all": {"hosts": {self.client.name: host}, "vars": variables}}))
-        return path
+        return vm_inventory(self.workdir / f"{name}.yml", self.client, self.key, variables)
 
     def play(self, inventory: pathlib.Path, tasks: list[dict], check: bool = False, verbose: bool = False) -> subprocess.CompletedProcess:
         """ansible-playbook on the client VM; `verbose` (-v) shows each task's result, the roles' notes among them."""
-        playbook = self.workdir / "play.yml"
-        playbook.write_text(yaml.safe_dump([{"name": "Test bed play", "hosts": "all", "gather_facts": False, "tasks": tasks}], sort_keys=False))
-        env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
-               "ANSIBLE_HOST_KEY_CHECKING": "False", "ANSIBLE_STDOUT_CALLBACK": "default", "ANSIBLE_CALLBACK_RESULT_FORMAT": "yaml",
-               "ANSIBLE_FACT_CACHING": "memory"}
-        return subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inventory), str(playbook), *(["--check", "--diff"] if check else []), *(["-v"] if verbose else [])],
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, cwd=ROOT, timeout=1200)
+        return run_play(self.workdir / "play.yml", inventory, tasks, check=check, verbose=verbose)
+
+
+def vm_inventory(path: pathlib.Path, vm, key: pathlib.Path, variables: dict) -> pathlib.Path:
+    """An inventory of one VM, reached over its SSH forward on 127.0.0.1, with `variables` for all."""
+    host = {"ansible_host": "127.0.0.1", "ansible_port": vm.ssh_port, "ansible_user": "root",
+            "ansible_ssh_private_key_file": str(key), "ansible_python_interpreter": "/usr/bin/python3",
+            "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"}
+    path.write_text(yaml.safe_dump({"all": {"hosts": {vm.name: host}, "vars": variables}}))
+    return path
+
+
+def run_play(playbook: pathlib.Path, inventory: pathlib.Path, tasks: list[dict], check: bool = False, verbose: bool = False,
+             timeout: float = 1200) -> subprocess.CompletedProcess:
+    """`tasks` as one play on the inventory's hosts, written to `playbook`, run by the real ansible-playbook."""
+    playbook.write_text(yaml.safe_dump([{"name": "Test bed play", "hosts": "all", "gather_facts": False, "tasks": tasks}], sort_keys=False))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
+           "ANSIBLE_HOST_KEY_CHECKING": "False", "ANSIBLE_STDOUT_CALLBACK": "default", "ANSIBLE_CALLBACK_RESULT_FORMAT": "yaml",
+           "ANSIBLE_FACT_CACHING": "memory"}  # (an empty ANSIBLE_CALLBACKS_ENABLED breaks ansible-core 2.19)
+    return subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(inventory), str(playbook), *(["--check", "--diff"] if check else []), *(["-v"] if verbose else [])],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
