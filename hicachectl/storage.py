@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import re
 
 NFS_RDMA_PORT = 20049
 NETAPP_RDMA_MAX_RSIZE = 65536  # ONTAP: above 64 KiB, NFS over RDMA performs unstably
@@ -167,14 +168,26 @@ def rp_filter_sysctls(d, facts: dict | None = None) -> dict[str, str]:
     for port in ports:
         keys[sysctl_key("net", "ipv4", "conf", port, "rp_filter")] = "0"
     current = (facts or {}).get("rp_filter") or {}
-    floor = _int(current.get("all"))
+    # Once conf/all is 0 (this role's own doing) the host no longer shows the filtering it had: the raises an earlier
+    # run wrote to SYSCTL_FILE say it, and are kept, so that a second run writes the same file (idempotence).
+    raised = {name: value for name, value in _written_rp_filter(facts).items() if name not in ("all", "lo") and name not in ports and value > 0}
+    floor = max([_int(current.get("all")), *raised.values()])
     if floor:
         for name, value in sorted(current.items()):
             if name in ("all", "lo") or name in ports:
                 continue
-            if _int(value) < floor:
-                keys[sysctl_key("net", "ipv4", "conf", name, "rp_filter")] = str(floor)
+            if _int(value) < floor or name in raised:
+                keys[sysctl_key("net", "ipv4", "conf", name, "rp_filter")] = str(max(floor, raised.get(name, 0)))
     return keys
+
+
+_WRITTEN_RP_FILTER = re.compile(r"^net/ipv4/conf/([^/\s]+)/rp_filter\s*=\s*([0-9]+)\s*$", re.MULTILINE)
+
+
+def _written_rp_filter(facts: dict | None) -> dict[str, int]:
+    """The rp_filter values SYSCTL_FILE holds now (the host facts read it: read_files), by interface."""
+    text = ((facts or {}).get("files") or {}).get(SYSCTL_FILE) or ""
+    return {name: int(value) for name, value in _WRITTEN_RP_FILTER.findall(text)}
 
 
 def _int(text) -> int:

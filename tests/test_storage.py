@@ -56,6 +56,20 @@ def test_rp_filter_is_off_on_the_multipath_ports_and_all_and_kept_elsewhere():
     assert storage.rp_filter_sysctls(deployment("vast", storage_localports=[]), facts) == {}  # no localports, nothing to turn off
 
 
+def test_rp_filter_a_second_run_writes_the_same_file_though_conf_all_is_now_0():
+    """Failed on the VM before: the first run turned conf/all off, so the second no longer saw the floor it had raised
+    the other interfaces to, dropped those raises from sysctl.d and reported a change (and the next boot would have
+    left eno1 and new interfaces unfiltered)."""
+    interfaces = [{"name": "ens1f0", "addresses": ["198.18.1.2"]}, {"name": "eno1", "addresses": ["198.51.100.7"]}]
+    d = deployment("vast", storage_localports=["198.18.1.2"])
+    before = {"interfaces": interfaces, "rp_filter": {"all": "1", "default": "0", "lo": "0", "ens1f0": "1", "eno1": "0"}, "files": {}}
+    first = storage.rp_filter_sysctls(d, before)
+    live = {"all": "0", "default": "1", "lo": "0", "ens1f0": "0", "eno1": "1"}  # what the first run left in effect
+    after = {"interfaces": interfaces, "rp_filter": live, "files": {storage.SYSCTL_FILE: storage.sysctl_conf(first)}}
+    assert storage.rp_filter_sysctls(d, after) == first
+    assert first["net/ipv4/conf/eno1/rp_filter"] == first["net/ipv4/conf/default/rp_filter"] == "1"
+
+
 def test_read_ahead_persists_only_with_nfsrahead_its_rule_and_udevd():
     facts = {"tools": {"nfsrahead": "/usr/libexec/nfsrahead"}, "nfsrahead_udev_rule": "/usr/lib/udev/rules.d/99-nfs.rules", "udevd_running": True}
     assert storage.read_ahead_persistence(facts)[0]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 try:
-    from hicachectl import hoststate, limits, metrics, plans, preflight, render, rules, schema, secrets, verify
+    from hicachectl import hoststate, limits, metrics, plans, preflight, render, rules, schema, secrets, storage, verify
     from hicachectl.inventory import ROUTERS, plain
     from hicachectl.model import PREFIX
 except ImportError as error:  # pragma: no cover - exercised by ansible-test's import sanity test
@@ -88,7 +88,7 @@ def hicache_host_reads(hostvars, host):
     out; the role that needs it reads it itself (a user's playbook may give each role only its own variables)."""
     _core()
     variables = _hicache_vars(hostvars)
-    reads = {"files": [], "units": []}
+    reads = {"files": [storage.SYSCTL_FILE], "units": []}  # the storage role's own sysctl.d file (storage.rp_filter_sysctls)
     server, findings = rules.check_host(host, variables, "sglang_server")
     if not rules.has_errors(findings):
         reads["files"] += [f"{server.cfg_dir}/{render.DEPLOYED}", f"{server.cfg_dir}/{render.INSTALLED}"]
