@@ -4,7 +4,8 @@ fstab and reboots, and a storage outage at boot. Every assertion reads what the 
 /sys/class/bdi/<maj:min>/read_ahead_kb, /proc/sys. The tests run in order on one pair of VMs (tests/vm/conftest.py).
 
 The vastnfs client's own options (remoteports, localports, spread_reads) cannot be mounted by the stock kernel: they are
-tested by their rules and rendering (tests/test_storage.py), not here.
+tested by their rules and rendering (tests/test_storage.py), not here; what localports needs of the kernel (reverse-path
+filtering off on the storage ports, before the mount) is tuned and read here.
 """
 
 from __future__ import annotations
@@ -51,6 +52,22 @@ def recap(run) -> dict[str, int]:
     match = re.search(r"ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", run.stdout)
     assert match, run.stdout[-3000:] + run.stderr[-2000:]
     return dict(zip(("ok", "changed", "unreachable", "failed"), map(int, match.groups()), strict=True))
+
+
+def changed_tasks(run) -> list[str]:
+    """Each task the run reported changed, with what its result said (-v)."""
+    out, task, lines = [], None, run.stdout.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("TASK ["):
+            task = line
+        elif line.startswith("changed:"):
+            detail = []
+            for following in lines[i + 1:i + 40]:
+                if not following.startswith(" "):
+                    break
+                detail.append(following.strip())
+            out.append(f"{task} {line} {' | '.join(detail)}")
+    return out
 
 
 def converge(bed, variables, name):
@@ -233,6 +250,47 @@ def test_a_netapp_shaped_host_mounts_nfs_4_1_over_rdma_with_everything_in_effect
     assert_tuned(vm, "4.1")
     fstab = vm.read("/etc/fstab")
     assert fstab.startswith(bed.fstab_before) and fstab.count("# BEGIN hicache-deploy L3 tier") == 1
+
+
+MULTIPATH_POINT = "/mnt/l3-multipath"
+
+
+def rp_filter(vm, interface: str) -> str:
+    return vm.read(f"/proc/sys/net/ipv4/conf/{interface}/rp_filter").strip()
+
+
+def test_multipath_ports_get_reverse_path_filtering_off_per_interface_before_the_mount(bed):
+    """localports multipath (VAST): the kernel filters with the larger of conf/all and conf/<port> (ip-sysctl.rst), so
+    the role turns both off for the storage ports, keeps every other interface's filtering, persists it in sysctl.d
+    (applied again by systemd-sysctl, as at boot), all before the mount. The stock kernel cannot mount the VAST
+    driver's localports: the host's gap says why (hicache_strict false here), and the tuning is in effect anyway."""
+    vm = bed.client
+    ports = bed.client_ports
+    others = [i for i in vm.ssh("ls /sys/class/net").stdout.split() if i not in (*ports, "lo")]
+    # A host with strict reverse-path filtering everywhere (RFC 3704; what a hardened image sets).
+    vm.ssh("sysctl -qw net.ipv4.conf.all.rp_filter=1 " + " ".join(f"net/ipv4/conf/{i}/rp_filter=1" for i in (*ports, *others)), check=True)
+    variables = vast(hicache_storage_localports=[LINKS[0][1], LINKS[1][1]], hicache_storage_remoteports=f"{LINKS[0][0]}~{LINKS[1][0]}",
+                     hicache_cache_dir=MULTIPATH_POINT, hicache_strict=False)
+    run = bed.play(bed.inventory("multipath", variables), STORAGE_ROLE, verbose=True)  # -v: the gap's reason
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    said = " ".join(run.stdout.split())
+    gap = said[said.index("Mount the L3 tier (this host cannot)"):][:1500]
+    assert "needs the VAST NFS driver for" in gap and "localports" in gap, gap
+    tuned_at = said.index("Tune the NFS client and the multipath ports (before the mount)")
+    assert tuned_at < said.index("Mount the L3 tier (this host cannot)")
+    assert rp_filter(vm, "all") == "0"
+    assert [rp_filter(vm, port) for port in ports] == ["0", "0"]
+    assert [rp_filter(vm, other) for other in others] == ["1"] * len(others)  # kept: raised to what conf/all gave them
+    persisted = vm.read("/etc/sysctl.d/90-hicache-storage.conf")
+    assert f"net/ipv4/conf/{ports[0]}/rp_filter = 0" in persisted, persisted
+    # What boot does: systemd-sysctl applies sysctl.d again (Debian's 50-default.conf sets every interface to 2 first).
+    vm.ssh("sysctl -qw " + " ".join(f"net/ipv4/conf/{i}/rp_filter=2" for i in ports) + " && systemctl restart systemd-sysctl.service", check=True)
+    assert [rp_filter(vm, port) for port in ports] == ["0", "0"] and rp_filter(vm, "all") == "0"
+    # The second run (conf/all now 0) writes the same sysctl.d: --check --diff shows no change, and neither does a run.
+    planned = bed.play(bed.inventory("multipath", variables), STORAGE_ROLE, check=True)
+    assert planned.returncode == 0 and recap(planned)["changed"] == 0, planned.stdout[-5000:]
+    again = bed.play(bed.inventory("multipath", variables), STORAGE_ROLE, verbose=True)
+    assert again.returncode == 0 and recap(again)["changed"] == 0, changed_tasks(again)
 
 
 def test_after_the_last_reboot_the_named_ports_mtu_is_back_from_the_boot_unit(bed):
