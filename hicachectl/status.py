@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from hicachectl import rolling, router, secrets, verify
+from hicachectl import rolling, router, verify
 
 CURRENT, PENDING, OTHER, NONE = "current", "pending restart", "not the inventory's", "not deployed"
 ROUTER = "router"  # the `role` of a router's --json entry
@@ -178,8 +178,7 @@ def judge_hosts(deployments: Mapping[str, Any], states: Mapping[str, Mapping[str
             continue
         state = states[host]
         verdict = judge(deployments[host], state)
-        # /server_info as SGLang answers it holds its API keys (secrets.redact_server_info): never shown
-        hosts[host] = {**state, "server_info": secrets.redact_server_info(state.get("server_info")), **verdict, "current": verdict["config"] == CURRENT}
+        hosts[host] = {**state, **verdict, "current": verdict["config"] == CURRENT}  # server_info: redacted by status.yml
         rows.append(_row(host, state, verdict))
         backend = verdict["l3_backend"]
         if backend and backend["status"] == verify.NOT_CHECKED and verdict["healthy"]:

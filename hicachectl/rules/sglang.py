@@ -4,6 +4,7 @@ backend needs, the service without a container, the extra config file and the ke
 
 from __future__ import annotations
 
+import ipaddress
 import posixpath
 import re
 
@@ -339,8 +340,8 @@ def _admin_key_exposed(d, out):
     """SGLang answers /server_info to any caller when it has no --api-key (0.5.23 utils/auth.py decide_request_auth:
     NORMAL endpoints need a key only when api_key is set), and that answer holds admin_api_key (http_server.py
     server_info, build_server_info) and the merged argv in launch_command: whoever reaches the port reads the key."""
-    host = d.host or "127.0.0.1"
-    if d.admin_api_key is None or host in ("127.0.0.1", "::1", "localhost") or host.startswith("127."):
+    host = d.effective_host
+    if d.admin_api_key is None or host == "localhost" or (schema._is_ip(host) and ipaddress.ip_address(host).is_loopback):
         return
     out.warn("hicache_admin_api_key", "admin-key-exposed",
              f"SGLang serves {host}:{d.effective_port}/server_info to any caller, and its answer holds the admin key.",
