@@ -39,6 +39,7 @@ class Target:
     reset: Callable[[], None] | None = None  # None: POST /flush_cache (L3 is kept)
     reset_label: str = "flush_cache"
     metrics_urls: list[str] | None = None  # the servers behind a router (their /metrics summed); None: base_url
+    admin_key: str | None = dataclasses.field(default=None, repr=False)  # for /flush_cache, when the server has one
 
 
 @dataclasses.dataclass
@@ -181,6 +182,19 @@ def wait_for_backup(read: Callable[[], str | None], before: float | None, expect
         sleep(1)
 
 
+def flush_cache(target: Target) -> None:
+    """POST /flush_cache: SGLang asks for the admin key there when the server has one (utils/auth.py, ADMIN_OPTIONAL)."""
+    headers = {"Authorization": f"Bearer {target.admin_key}"} if target.admin_key else {}
+    try:
+        urllib.request.urlopen(urllib.request.Request(target.base_url + "/flush_cache", method="POST", headers=headers), timeout=60).close()
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            given = "refused the key in HICACHE_ADMIN_API_KEY" if target.admin_key else "asks for the server's admin API key"
+            raise BenchError(f"{target.base_url}/flush_cache answered {exc.code}: the server {given}; set HICACHE_ADMIN_API_KEY "
+                             "to the server's hicache_admin_api_key, or give --restart-command") from exc
+        raise
+
+
 def run_level(target: Target, concurrency: int, input_len: int, salt: str, *, timeout: float, done: Callable[[], None]) -> Level:
     model = target.model or server_model(target.base_url)
     bodies = [json.dumps(prompts.chat_request(model, prompts.prompt(f"{salt}-c{concurrency}-{i}", input_len), stream=True)).encode()
@@ -193,7 +207,7 @@ def run_level(target: Target, concurrency: int, input_len: int, salt: str, *, ti
     expected = sum(r.prompt_tokens // page * page for r in cold_requests)
     backed_up = wait_for_backup(lambda: target_metrics(target), metrics.total(start_metrics, metrics.BACKUPED), expected, timeout)
     if target.reset is None:
-        urllib.request.urlopen(urllib.request.Request(target.base_url + "/flush_cache", method="POST"), timeout=60).close()
+        flush_cache(target)
     else:
         target.reset()
     wait_healthy(target.base_url, timeout)

@@ -22,7 +22,8 @@ def bench(inventory: str | None = typer.Option(None, "--inventory", "-i", help="
           concurrency: str = typer.Option("1,2,4,8,16,32,64", "--concurrency", help="Comma-separated levels; total prompts = concurrency."),
           input_len: int = typer.Option(120_000, "--input-len", help="Prompt length in words (about one token each)."),
           restart_command: str | None = typer.Option(None, "--restart-command", help="With --url: shell command that restarts the server "
-                                                     "between cold and warm (default: POST /flush_cache, which keeps L3)."),
+                                                     "between cold and warm (default: POST /flush_cache, which keeps L3; a server "
+                                                     "with an admin API key needs it in HICACHE_ADMIN_API_KEY)."),
           out: pathlib.Path | None = typer.Option(None, "--out", help="Directory for bench.json and bench.png (default: ./hicache-bench-<time>); "
                                                 "the chart needs matplotlib: pip install 'hicache-deploy[bench]'."),
           timeout: float = typer.Option(3600, "--timeout", help="Seconds any one step may take (a 120k prompt at 64 concurrent is slow cold)."),
@@ -100,12 +101,15 @@ def _bench_target(inventory: str | None, host: str | None, url: str | None, rest
     from hicachectl import runner, tunnel
 
     if inventory is None:
+        import os
+
         def run_restart_command() -> None:
             if subprocess.run(restart_command, shell=True).returncode != 0:
                 raise benching.BenchError(f"the restart command failed: {restart_command}")
 
         yield (benching.Target(url.rstrip("/"), None, run_restart_command if restart_command else None,
-                               "restart command" if restart_command else "flush_cache (device and host caches; L3 kept)"), url)
+                               "restart command" if restart_command else "flush_cache (device and host caches; L3 kept)",
+                               admin_key=os.environ.get("HICACHE_ADMIN_API_KEY") or None), url)
         return
     if through_router:
         yield from _router_target(inventory, host)

@@ -82,6 +82,22 @@ def test_bench_refuses_a_server_it_cannot_reach_and_bad_usage():
     assert cli("bench", "--url", "http://x", "--concurrency", "0").returncode == 2
 
 
+def test_bench_flushes_a_server_with_an_admin_key_only_with_that_key_and_never_prints_it(standin, tmp_path):
+    """SGLang asks for the admin key at /flush_cache once the server has one (utils/auth.py, ADMIN_OPTIONAL): bench
+    --url takes it from HICACHE_ADMIN_API_KEY (never a flag, which `ps` shows)."""
+    key = "bench-admin-key-0123456789"
+    port, _ = standin("--served-model-name", "bench", "--admin-api-key", key)
+    args = ("bench", "--url", f"http://127.0.0.1:{port}", "--concurrency", "1", "--input-len", "10")
+    without = cli(*args, "--out", str(tmp_path / "a"))
+    assert without.returncode == 1 and "flush_cache answered 401" in without.stderr and "HICACHE_ADMIN_API_KEY" in without.stderr, without.stderr
+    wrong = cli(*args, "--out", str(tmp_path / "b"), env={"HICACHE_ADMIN_API_KEY": "not-the-key-but-a-secret"})
+    assert wrong.returncode == 1 and "refused the key" in wrong.stderr, wrong.stderr
+    assert "not-the-key-but-a-secret" not in wrong.stdout + wrong.stderr
+    right = cli(*args, "--out", str(tmp_path / "c"), env={"HICACHE_ADMIN_API_KEY": key})
+    assert right.returncode == 0, right.stderr
+    assert key not in right.stdout + right.stderr + (tmp_path / "c" / "bench.json").read_text()
+
+
 def test_percentiles_and_storage_share():
     phase = bench.Phase([bench.Request(t, 100, 50) for t in (1.0, 2.0, 3.0, 4.0, 10.0)], storage_tokens=None)
     assert (phase.ttft("mean"), phase.ttft("p50")) == (4.0, 3.0)

@@ -226,7 +226,12 @@ class Server:
         if not self.args.admin_api_key:
             return 400, {"error": "This endpoint requires admin API key, but this server was started without one (admin-api-key). "
                                   "Restart with --admin-api-key to enable."}
-        if authorization != f"Bearer {self.args.admin_api_key}":
+        return self.optional_admin_refusal(authorization)
+
+    def optional_admin_refusal(self, authorization):
+        """SGLang's ADMIN_OPTIONAL rule alone (utils/auth.py, e.g. /flush_cache): open without keys, 401 without
+        `Bearer <admin key>` when the server has one."""
+        if self.args.admin_api_key and authorization != f"Bearer {self.args.admin_api_key}":
             return 401, {"error": "Unauthorized"}
         return None
 
@@ -298,7 +303,8 @@ def handler_for(server):
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
             if self.path == "/flush_cache":
-                return self.send(200, "Cache flushed.\n", "text/plain")
+                refused = server.optional_admin_refusal(self.headers.get("Authorization"))
+                return self.send(*refused) if refused else self.send(200, "Cache flushed.\n", "text/plain")
             if self.path != "/v1/chat/completions":
                 return self.send(404, {"error": "not found"})
             if not server.ready:
