@@ -71,3 +71,23 @@ def sysctl_conf(d) -> str | None:
     if not d.host_sysctls:
         return None
     return "# Managed by hicache-deploy.\n" + "".join(f"{_field(k)} = {_field(v)}\n" for k, v in d.host_sysctls.items())
+
+
+def runtime_unit_findings(plan: dict, lines: list[str]) -> list[dict]:
+    """What the runtime units' memlock says, from read.yml's lines (name|LoadState|MainPID|LimitMEMLOCK|running soft|
+    running hard) and the role's plan (LimitsPlan as a fact): one finding per unit that is not as wanted, each
+    {unit, reason, tolerated, stale}. `stale`: the unit runs without the limit (its process started before the drop-in),
+    so a restart would give it; a failure when the role may restart it (it should have), else a gap."""
+    findings = []
+    for line in lines:
+        unit, load, pid, configured, soft, hard = line.split("|")
+        if load != "loaded":
+            findings.append({"unit": unit, "stale": False, "tolerated": True,
+                             "reason": f"{unit} is not installed on this host, so its LimitMEMLOCK cannot be checked (the drop-in applies once it is)"})
+        elif configured != plan["memlock"]:
+            findings.append({"unit": unit, "stale": False, "tolerated": False, "reason": f"{unit}: LimitMEMLOCK={configured}, wanted {plan['memlock']}"})
+        elif pid.isdigit() and int(pid) > 0 and (soft != plan["proc_memlock"] or hard != plan["proc_memlock"]):
+            hint = "" if plan["restart"] else "; its LimitMEMLOCK applies once it restarts: restart it, or set hicache_limits_restart_runtime: true"
+            findings.append({"unit": unit, "stale": True, "tolerated": not plan["restart"],
+                             "reason": f"{unit} (pid {pid}) runs with memlock {soft}/{hard} (soft/hard), wanted {plan['proc_memlock']}{hint}"})
+    return findings

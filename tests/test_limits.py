@@ -51,6 +51,21 @@ def test_a_number_of_kib_is_bytes_in_proc_limits_and_in_systemd():
     assert limits.proc_memlock(d) == limits.systemd_memlock(d) == str(4096 * 1024)
 
 
+def test_the_runtime_units_findings_are_judged_once_for_the_check_and_the_restart():
+    """apply.yml restarts the `stale` units; checks.yml reports every finding: both read limits.runtime_unit_findings."""
+    plan = plans.as_fact(plans.limits_plan(deployment("vast", container_runtime="docker", limits_memlock="unlimited",
+                                                      limits_restart_runtime=True)))
+    lines = ["docker.service|loaded|41|infinity|unlimited|unlimited", "containerd.service|loaded|42|infinity|8388608|8388608",
+             "other.service|not-found|0|||", "stopped.service|loaded|0|infinity||", "wrong.service|loaded|0|8388608||"]
+    found = {f["unit"]: f for f in limits.runtime_unit_findings(plan, lines)}
+    assert set(found) == {"containerd.service", "other.service", "wrong.service"}
+    assert found["containerd.service"]["stale"] and not found["containerd.service"]["tolerated"]  # the role may restart it
+    assert found["other.service"]["tolerated"] and not found["other.service"]["stale"]
+    assert found["wrong.service"]["reason"] == "wrong.service: LimitMEMLOCK=8388608, wanted infinity"
+    plan["restart"] = False
+    assert limits.runtime_unit_findings(plan, lines[1:2])[0]["tolerated"]  # a gap: it gets the limit at its next start
+
+
 # -- the role's check, against real processes ------------------------------------------------------------------------
 # A stand-in for `systemctl show -p NAME --value UNIT` (the only call the check makes), answering from a JSON file of
 # unit -> properties; the MainPIDs are real processes started by the test with a known memlock.

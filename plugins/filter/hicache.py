@@ -161,6 +161,12 @@ def hicache_model(variables, host, facts=None):
     return plans.as_fact(plans.model_plan(_deployment(variables, host, role="model"), _plain_or_none(facts)))
 
 
+def hicache_limits_findings(lines, plan):
+    """The runtime units' memlock judged (limits.runtime_unit_findings), from read.yml's lines."""
+    _core()
+    return limits.runtime_unit_findings(plan, list(lines or []))
+
+
 def hicache_mount_state(mountinfo_text, plan, vastnfs_version=None, mountstats_text=None, rpc_clnt_stats_text=None):
     """The live mount at the plan's mount point: problems ([] = as wanted), what could not be checked and why
     (`not_checked`), what was proven (`passed`), and its read-ahead file.
@@ -232,5 +238,5 @@ class FilterModule:
     def filters(self):
         return {f.__name__: f for f in (hicache_findings, hicache_fleet_findings, hicache_files, hicache_host_reads, hicache_secret_file,
                                         hicache_secret_values, hicache_redact_server_info, hicache_settings, hicache_preflight,
-                                        hicache_storage, hicache_limits, hicache_nic, hicache_image, hicache_model, hicache_runtime, hicache_mount_state,
+                                        hicache_storage, hicache_limits, hicache_limits_findings, hicache_nic, hicache_image, hicache_model, hicache_runtime, hicache_mount_state,
                                         hicache_verify_plan, hicache_verify_judge, hicache_metric)}
