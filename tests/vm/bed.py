@@ -42,9 +42,15 @@ def _free_tcp_port() -> int:
 
 
 def _rxe_unit(interfaces: list[str]) -> str:
-    devices = " ".join(f"sys-subsystem-net-devices-{i}.device" for i in interfaces)
-    adds = "\n".join(f"ExecStart=/bin/sh -c 'rdma link show rxe_{i} >/dev/null 2>&1 || rdma link add rxe_{i} type rxe netdev {i}'"
-                     for i in interfaces)
+    # The unit waits for the ports itself rather than through their device units: a device job fails after systemd's
+    # default 90 s, and a TCG guest on a loaded machine can take longer than that to coldplug its NICs (seen here with
+    # the machine's cores busy: the job timed out and the boot went on without RDMA devices; a CI run's fstab mount
+    # failed after a reboot with "Protocol error", what xprtrdma reports when no RDMA device answers for the address).
+    # `$$` is a literal `$` for the shell: systemd expands `$name` in ExecStart= itself.
+    ports = " ".join(interfaces)
+    add = (f"for port in {ports}; do "
+           "for i in $$(seq 900); do [ -e /sys/class/net/$$port ] && break; sleep 1; done; "
+           "rdma link show rxe_$$port >/dev/null 2>&1 || rdma link add rxe_$$port type rxe netdev $$port || exit 1; done")
     return textwrap.dedent(f"""\
         # Test bed stand-in for ConnectX hardware: a Soft-RoCE (rdma_rxe) device on each storage port, as mlx5_ib
         # gives a ConnectX port one at boot. Not part of hicache-deploy.
@@ -53,14 +59,18 @@ def _rxe_unit(interfaces: list[str]) -> str:
         DefaultDependencies=no
         Wants=network-pre.target
         Before=network-pre.target remote-fs-pre.target nfs-server.service
-        BindsTo={devices}
-        After={devices} systemd-modules-load.service
+        After=systemd-modules-load.service systemd-udevd.service
 
         [Service]
         Type=oneshot
         RemainAfterExit=yes
+        TimeoutStartSec=1000
         ExecStart=/sbin/modprobe rdma_rxe
-        """) + adds + "\n\n[Install]\nWantedBy=multi-user.target\n"
+        ExecStart=/bin/sh -c '{add}'
+
+        [Install]
+        WantedBy=multi-user.target
+        """)
 
 
 class Bed:
