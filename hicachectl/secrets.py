@@ -160,6 +160,12 @@ def _forms(value: str) -> list[str]:
     return sorted((f for f in forms if len(f) >= MIN_TEXT_MASK), key=len, reverse=True)
 
 
+def text_forms(secret_values: Iterable[str]) -> list[str]:
+    """Every form of every value (_forms), longest first: what a plain text replacement must replace (a module that
+    masks what it prints gets these, so the forms are known here only)."""
+    return sorted({form for value in secret_values if value for form in _forms(value)}, key=len, reverse=True)
+
+
 def mask_text(text: str, secret_values: Iterable[str]) -> str:
     for value in secret_values:
         for form in _forms(value):

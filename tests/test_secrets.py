@@ -397,10 +397,10 @@ def test_the_health_waits_journal_hides_the_hosts_secrets(monkeypatch):
     key = "a'b\"c-admin-key-0123"
     logged = f"[2026-12-01] server_args=ServerArgs(admin_api_key={key!r}, host='0.0.0.0')\nLoading weights\n"
     monkeypatch.setattr(module.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, logged, ""))
-    text = module.journal("sglang-hicache.service", [key])
+    text = module.journal("sglang-hicache.service", secrets.text_forms([key]))
     assert key not in text and repr(key)[1:-1] not in text and "admin_api_key='********'" in text and "Loading weights" in text
     # Ansible's own scrubbing of no_log values applies to it as well: the option is no_log.
     assert re.search(r'"hide": \{[^}]*"no_log": True', (ROOT / "plugins/modules/hicache_wait_healthy.py").read_text())
     for path in ("roles/sglang_server/tasks/service.yml", "roles/sglang_server/tasks/restart.yml", "playbooks/rollback.yml"):
         text = (ROOT / path).read_text()
-        assert text.count("hicache.deploy.hicache_wait_healthy:") == text.count("hicache_secret_values(inventory_hostname)"), path
+        assert text.count("hicache.deploy.hicache_wait_healthy:") == text.count("hicache_secret_forms(inventory_hostname)"), path

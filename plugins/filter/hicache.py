@@ -107,9 +107,10 @@ def hicache_secret_file(hostvars, host, name, uring_fallback=False):
     raise AnsibleFilterError(f"{host} renders no file holding secrets named {name!r}")
 
 
-def hicache_secret_values(hostvars, host):
-    """Every secret value of the host (for a module's no_log option that keeps them out of its result)."""
-    return secrets.values(_hicache_vars(hostvars))
+def hicache_secret_forms(hostvars, host):
+    """Every form the host's secret values take in text (as written, JSON-escaped, shell-quoted, Python's repr):
+    what a module that prints a log replaces (hicache_wait_healthy's hide)."""
+    return secrets.text_forms(secrets.values(_hicache_vars(hostvars)))
 
 
 def hicache_redact_server_info(info):
@@ -237,6 +238,6 @@ def hicache_metric(text, name):
 class FilterModule:
     def filters(self):
         return {f.__name__: f for f in (hicache_findings, hicache_fleet_findings, hicache_files, hicache_host_reads, hicache_secret_file,
-                                        hicache_secret_values, hicache_redact_server_info, hicache_settings, hicache_preflight,
-                                        hicache_storage, hicache_limits, hicache_limits_findings, hicache_nic, hicache_image, hicache_model, hicache_runtime, hicache_mount_state,
-                                        hicache_verify_plan, hicache_verify_judge, hicache_metric)}
+                                        hicache_secret_forms, hicache_redact_server_info, hicache_settings, hicache_preflight,
+                                        hicache_storage, hicache_limits, hicache_limits_findings, hicache_nic, hicache_image, hicache_model,
+                                        hicache_runtime, hicache_mount_state, hicache_verify_plan, hicache_verify_judge, hicache_metric)}

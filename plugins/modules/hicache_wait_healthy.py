@@ -38,8 +38,9 @@ options:
     default: 5
   hide:
     description:
-      - Secret values never returned. SGLang logs its settings at start, its keys among them; each value, as written and as
-        Python's repr writes it, is replaced by C(********) in RV(journal).
+      - Texts never returned. SGLang logs its settings at start, its keys among them; each text given is replaced by
+        C(********) in RV(journal). The filter C(hicache.deploy.hicache_secret_forms) gives every form the host's secrets
+        take (as written, JSON-escaped, shell-quoted, as Python's repr writes them).
     type: list
     elements: str
     default: []
@@ -74,7 +75,6 @@ journal:
   type: str
 """
 
-import json
 import subprocess
 import time
 import urllib.error
@@ -103,8 +103,7 @@ def unit_state(unit):
 
 def journal(unit, hide=()):
     text = subprocess.run(["journalctl", "-u", unit, "-n", "40", "--no-pager", "-o", "cat"], capture_output=True, text=True, check=False).stdout
-    forms = {form for value in hide if value for form in (value, repr(value)[1:-1], json.dumps(value)[1:-1])}
-    for form in sorted(forms, key=len, reverse=True):
+    for form in sorted({form for form in hide if form}, key=len, reverse=True):
         text = text.replace(form, "********")
     return text
 
