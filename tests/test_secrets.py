@@ -404,3 +404,19 @@ def test_the_health_waits_journal_hides_the_hosts_secrets(monkeypatch):
     for path in ("roles/sglang_server/tasks/service.yml", "roles/sglang_server/tasks/restart.yml", "playbooks/rollback.yml"):
         text = (ROOT / path).read_text()
         assert text.count("hicache.deploy.hicache_wait_healthy:") == text.count("hicache_secret_forms(inventory_hostname)"), path
+
+
+@pytest.mark.parametrize(("variables", "refused"), [
+    ({"hicache_extra_args": ["--grpc-port", "50051"]}, "hicache_extra_args[0]"),
+    ({"hicache_extra_args": ["--log-level=info", "--grpc-po=50051"]}, "hicache_extra_args[1]"),  # argparse expands it
+    ({"hicache_container_env": {"SGLANG_GRPC_PORT": "50051"}}, "hicache_container_env.SGLANG_GRPC_PORT"),
+    ({"hicache_extra_args": ["--grpc-port", "50051", "--smg-grpc-mode"]}, None),  # the legacy gRPC server: SGLang allows it
+    ({"hicache_extra_args": ["--grpc-http-sidecar-port", "50052"]}, None),
+])
+def test_sglangs_native_grpc_port_is_refused_with_an_admin_key(variables, refused):
+    """SGLang 0.5.21 and 0.5.23 refuse --grpc-port with --admin-api-key (arg_groups/serving_hook.py); the conformance
+    tier shows it with SGLang's own checks."""
+    _, with_key = rules.check_host("gpu-a", {**VAST, "hicache_admin_api_key": "k" * 16, **variables})
+    _, without = rules.check_host("gpu-a", {**VAST, **variables})
+    assert [f.variable for f in with_key if f.level == "error"] == ([refused] if refused else []), [f.format() for f in with_key]
+    assert not [f for f in without if f.level == "error"]

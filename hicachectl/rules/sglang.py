@@ -335,6 +335,31 @@ def _container_env_backend(d, out):
                       f"remove {name} and set {instead.split(' ')[0]}.")
 
 
+def _spells(word, flag: str, shortest: str) -> bool:
+    """`word` gives `flag`, itself, as `flag=value` or as an abbreviation argparse expands (at least `shortest`)."""
+    given = str(word).split("=", 1)[0]
+    return given == flag or (len(given) >= len(shortest) and flag.startswith(given))
+
+
+@rule
+def _grpc_port_with_admin_key(d, out):
+    """SGLang refuses to start its native gRPC server with an admin key (0.5.21 and 0.5.23 arg_groups/serving_hook.py:
+    "the native gRPC listener bypasses HTTP auth middleware"); --smg-grpc-mode or --grpc-mode start the legacy one
+    instead, which it allows. SGLANG_GRPC_PORT is the flag's environment fallback (environ.py)."""
+    if d.admin_api_key is None:
+        return
+    words = {i: a for i, a in enumerate(d.extra_args) if isinstance(a, (str, int, float)) and not isinstance(a, bool)}
+    if any(_spells(w, "--smg-grpc-mode", "--smg") or _spells(w, "--grpc-mode", "--grpc-m") for w in words.values()):
+        return
+    # "--grpc-p": SGLang's flags starting "--grpc-" are --grpc-port, --grpc-mode, --grpc-http-sidecar-port, ...
+    where = next((f"hicache_extra_args[{i}]" for i, w in words.items() if _spells(w, "--grpc-port", "--grpc-p")), None)
+    if where is None and "SGLANG_GRPC_PORT" in map(str, d.container_env):
+        where = "hicache_container_env.SGLANG_GRPC_PORT"
+    if where:
+        out.error(where, "incompatible-flag", "SGLang's native gRPC server cannot run with an admin API key (hicache_admin_api_key): "
+                  "it refuses to start, since that listener bypasses its HTTP auth.", "remove the gRPC port, or hicache_admin_api_key.")
+
+
 @rule
 def _admin_key_exposed(d, out):
     """SGLang answers /server_info to any caller when it has no --api-key (0.5.23 utils/auth.py decide_request_auth:
