@@ -414,8 +414,9 @@ def test_the_health_waits_journal_hides_the_hosts_secrets(monkeypatch):
     ({"hicache_extra_args": ["--grpc-http-sidecar-port", "50052"]}, None),
 ])
 def test_sglangs_native_grpc_port_is_refused_with_an_admin_key(variables, refused):
-    """SGLang 0.5.21 and 0.5.23 refuse --grpc-port with --admin-api-key (arg_groups/serving_hook.py); the conformance
-    tier shows it with SGLang's own checks."""
+    """SGLang 0.5.21 and 0.5.23 refuse --grpc-port with --admin-api-key (arg_groups/serving_hook.py,
+    handle_deprecated_args). Read there, not run: the conformance tier's parse runs the HiCache hooks and
+    check_server_args, not that hook, whose other resolutions it would report as rewrites."""
     _, with_key = rules.check_host("gpu-a", {**VAST, "hicache_admin_api_key": "k" * 16, **variables})
     _, without = rules.check_host("gpu-a", {**VAST, **variables})
     assert [f.variable for f in with_key if f.level == "error"] == ([refused] if refused else []), [f.format() for f in with_key]

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 import seeds
-from helpers import SEED_EXACT, _host_vars, deployment, rendered
+from helpers import SEED_EXACT, deployment, rendered
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import NASTY, SERVED_NAME
@@ -187,16 +187,3 @@ def test_the_admin_key_reaches_sglang_through_its_config_file_and_no_command_lin
         assert_accepted(result, f"admin key with SGLang {version}")
         assert result["args"]["admin_api_key"] == key
 
-
-def test_sglang_itself_refuses_its_native_grpc_port_with_an_admin_key_as_validate_does(sglang_parse):
-    """The rule grpc-port + hicache_admin_api_key (rules/sglang.py) against SGLang's own checks (serving_hook.py)."""
-    host, variables = _host_vars("local")
-    for version in ("0.5.21", "0.5.23"):
-        d, findings = rules.check_host(host, {**variables, "hicache_admin_api_key": "k" * 16, "hicache_sglang_version": version,
-                                              "hicache_extra_args": ["--grpc-port", "50051"]})
-        assert [f.rule for f in findings if f.level == "error"] == ["incompatible-flag"], [f.format() for f in findings]
-        (refused,) = sglang_parse(version, [request_for(d)])
-        assert "--grpc-port is incompatible with --api-key/--admin-api-key" in refused.get("error", ""), refused
-        legacy = deployment("local", admin_api_key="k" * 16, sglang_version=version, extra_args=["--grpc-port", "50051", "--smg-grpc-mode"])
-        (allowed,) = sglang_parse(version, [request_for(legacy)])
-        assert "error" not in allowed, allowed
