@@ -28,7 +28,7 @@ def bench(inventory: str | None = typer.Option(None, "--inventory", "-i", help="
                                                 "the chart needs matplotlib: pip install 'hicache-deploy[bench]'."),
           timeout: float = typer.Option(3600, "--timeout", help="Seconds any one step may take (a 120k prompt at 64 concurrent is slow cold)."),
           json: bool = common.JsonOpt) -> None:
-    """Cold vs warm time-to-first-token per concurrency level, warm answered from L3 after a restart (the seeds' method).
+    """Cold vs warm time-to-first-token per concurrency level, warm answered from L3 after a restart (the VAST document's method).
 
     Exit 0: measured; 1: the server failed or could not be reached; 2: usage.
     """

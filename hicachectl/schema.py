@@ -316,7 +316,7 @@ VARIABLES: tuple[Var, ...] = (
     _v("hicache_nixl_plugin", "str", None, "SGLANG_HICACHE_NIXL_BACKEND_PLUGIN; used by SGLang only when hicache_extra_config has no 'plugin' section.", choices=("auto", "POSIX", "GDS_MT", "GDS", "3FS", "OBJ")),
     _v("hicache_l3_namespace", "str", "auto", "The L3 namespace: a directory under hicache_cache_dir (the dynamic backend's key_namespace) that holds this server's pages. "
        "auto derives it from everything that changes the page format (model and revision, KV dtype, page size, TP/PP/attention-CP layout, memory layout, "
-       "backend), so a changed config never reads stale pages and identical servers share; off uses hicache_cache_dir itself (as the seed documents do); "
+       "backend), so a changed config never reads stale pages and identical servers share; off uses hicache_cache_dir itself (as the VAST, NetApp and ADP documents do); "
        "any other value is used as it is. `hicachectl validate` explains it.",
        domain=Domain("auto, off, or a name of letters, digits and . _ - (at most 64)", "auto", "l3-namespace", pattern=r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")),
     _v("hicache_l3_share", "str", None, "Name of the L3 tier this host shares with the other hosts that give the same name (one export mounted on all of them); "

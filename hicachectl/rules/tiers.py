@@ -56,7 +56,7 @@ def _l3_namespace(d, out):
         out.warn("hicache_l3_namespace", "l3-namespace-off",
                  "is off: pages go directly into the tier, so a server whose KV dtype, TP layout or memory layout changed reads the "
                  "old pages as its own (SGLang's keys do not hold them, sglang#33268).",
-                 "set hicache_l3_namespace: auto (the seed profiles keep off only to reproduce their documents' paths).")
+                 "set hicache_l3_namespace: auto (the shipped profiles keep off only to reproduce their vendors' documents' paths).")
     elif d.storage_backend == "dynamic" and "key_namespace" in d.extra_config:
         out.error("hicache_extra_config.key_namespace", "l3-namespace",
                   "is set while hicache_l3_namespace sets the backend's key_namespace itself.",
