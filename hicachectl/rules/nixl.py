@@ -114,7 +114,8 @@ def _uring_in_container(d, out):
 
     if uses_uring(d) and d.container_runtime == "docker" and not d.container_seccomp:
         out.warn("hicache_container_seccomp", "uring-seccomp",
-                 "NIXL's POSIX plugin is asked for io_uring, which Docker's default seccomp profile blocks (io_uring_setup/enter/register); "
+                 "NIXL's POSIX plugin is asked for io_uring, which the default seccomp profile of Docker 25.0 and later blocks "
+                 "(io_uring_setup/enter/register; moby#46762; Docker 20.10 to 24 allowed them, docs/docker-vm.md); "
                  "NIXL then fails to create its backend and the deploy falls back to posix_aio.",
                  "set hicache_container_seccomp to a profile that allows the io_uring syscalls (or unconfined), or use posix_aio.")
 
