@@ -177,8 +177,7 @@ def run_and_report(playbook: str, inventory: str, limit: str | None, json: bool,
     hidden = secrets.all_values([*deployments.values(), *getattr(inv, "routers", {}).values()])
     # site.yml ends with the routers' play; the other playbooks run on servers only
     routers = list(inv.routers) if playbook == "site.yml" else []
-    routers_said = f" and {len(routers)} router(s)" if routers else ""
-    common.say(f"{'checking' if check else 'running'} {playbook} on {len(deployments)} host(s){routers_said} of {inv.name}")
+    common.say(f"{'checking' if check else 'running'} {playbook} on {common.counted(deployments, routers)} of {inv.name}")
     common.say(f"  Ansible settings: {paths.ansible_config().describe()}")
     run_id = new_run_id()
     # With routers a change rolls one server at a time by default (hicache_serial 0 would take every server out of

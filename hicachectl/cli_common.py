@@ -56,6 +56,12 @@ def with_vault(command):
     return wrapper
 
 
+def counted(servers, routers=()) -> str:
+    """How validate, deploy and verify count an inventory's hosts: "2 server(s) and 1 router(s)", or "2 host(s)"
+    when it has no router."""
+    return f"{len(servers)} server(s) and {len(routers)} router(s)" if routers else f"{len(servers)} host(s)"
+
+
 def say(message: str) -> None:
     """To stderr: stdout carries only the command's result (its table, its files, its --json)."""
     typer.echo(message, err=True)

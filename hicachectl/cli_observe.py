@@ -111,7 +111,7 @@ def verify(inventory: str = common.InventoryOpt, limit: str | None = common.Limi
 
     inv, deployments = common.guard(inventory, limit)
     routers = sorted(getattr(inv, "routers", {}))  # router hosts: verify_routers.yml asks their SGLang router
-    common.say(f"verifying {len(deployments)} server(s){f' and {len(routers)} router(s)' if routers else ''} of {inv.name}"
+    common.say(f"verifying {common.counted(deployments, routers)} of {inv.name}"
                + (" with the L3 persistence proof (restarts each server)" if l3 else ""))
     run_id = cli_change.new_run_id()
     result = runner.run_playbook("verify.yml", inv.path, limit=limit, hosts=[*deployments, *routers], routers=routers,

@@ -25,8 +25,7 @@ def validate(inventory: str = common.InventoryOpt, limit: str | None = common.Li
         lines = [f"{rules.compact_hosts(hosts)}: {line}" for line, hosts in _grouped(namespaces, "line").items()]  # identical servers: one line
         errors = sum(f.level == rules.ERROR for f in findings)
         routers = getattr(inv, "routers", None) or {}
-        counted = f"{len(deployments)} server(s) and {len(routers)} router(s)" if routers else f"{len(deployments)} host(s)"
-        lines.append(f"inventory {inv.name}: {counted}, {errors} error(s), {len(findings) - errors} warning(s)"
+        lines.append(f"inventory {inv.name}: {common.counted(deployments, routers)}, {errors} error(s), {len(findings) - errors} warning(s)"
                      + (": valid." if ok else ": invalid, nothing was deployed."))
     common.finish(common.EXIT_OK if ok else common.EXIT_INVALID, json,
                   {"inventory": inv.name, "path": str(inv.path), "ok": ok, "hosts": sorted(deployments),

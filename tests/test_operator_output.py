@@ -34,11 +34,17 @@ LOOP = "Remove it from each router"
 SSH_ERROR = "Failed to connect to the host via ssh: ssh: connect to host 10.0.0.3 port 22:\nConnection refused\r\n"
 
 
-def local_copy(dest: pathlib.Path, hosts: list[str]) -> pathlib.Path:
+def local_copy(dest: pathlib.Path, hosts: list[str], routers: tuple[str, ...] = ()) -> pathlib.Path:
     """The shipped `local` inventory with SSH hosts at 127.0.0.x:1 (nothing listens there)."""
     shutil.copytree(ROOT / "inventories/local", dest)
-    (dest / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"hicache_servers": {"hosts": {
-        h: {"ansible_host": f"127.0.0.{i + 1}", "ansible_port": 1, "ansible_user": "root"} for i, h in enumerate(hosts)}}}}}))
+    groups = {"hicache_servers": {"hosts": {
+        h: {"ansible_host": f"127.0.0.{i + 1}", "ansible_port": 1, "ansible_user": "root"} for i, h in enumerate(hosts)}}}
+    if routers:  # which reach the servers beyond loopback
+        settings = dest / "group_vars/all.yml"
+        settings.write_text(yaml.safe_dump(yaml.safe_load(settings.read_text()) | {"hicache_host": "0.0.0.0"}))
+        groups["hicache_routers"] = {"hosts": {r: {"ansible_host": f"127.0.1.{i + 1}", "ansible_port": 1, "ansible_user": "root"}
+                                               for i, r in enumerate(routers)}}
+    (dest / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": groups}}))
     return dest
 
 
@@ -70,7 +76,17 @@ def replayed_run():
 @pytest.fixture
 def replay(monkeypatch, tmp_path):
     """Runs a command against a three-host inventory with the playbook runs replayed; returns (result, calls)."""
-    inventory = local_copy(tmp_path / "inv", ["gpu-a", "gpu-b", "gpu-c"])
+    return _replayer(monkeypatch, tmp_path)
+
+
+@pytest.fixture
+def replay_with_a_router(monkeypatch, tmp_path):
+    """replay, with a router in the inventory."""
+    return _replayer(monkeypatch, tmp_path, ("router-1",))
+
+
+def _replayer(monkeypatch, tmp_path, routers=()):
+    inventory = local_copy(tmp_path / "inv", ["gpu-a", "gpu-b", "gpu-c"], routers)
     calls = []
 
     def run_playbook(playbook, path, *, progress=None, hosts=(), limit=None, check=False, **_):
@@ -80,7 +96,8 @@ def replay(monkeypatch, tmp_path):
         results, events = replayed_run()
         for event in events:
             progress(*event)
-        return RunResult(2, copy.deepcopy(results))
+        # as the runner does: every host it targets gets a result ("not run" if never reached)
+        return RunResult(2, {h: HostResult(h) for h in hosts} | copy.deepcopy(results))
 
     monkeypatch.setattr(runner, "run_playbook", run_playbook)
 
@@ -120,6 +137,15 @@ def test_a_host_the_run_never_reached_gets_no_note_about_a_lock(replay):
     assert said(result.stdout, "gpu-c: note: released the deploy lock of run") == 1
     assert "gpu-b: note" not in result.stdout and "lock" not in next(line for line in result.stdout.splitlines() if line.startswith("gpu-b "))
     assert "the run never reached this host" in result.stdout
+
+
+def test_deploy_and_verify_count_servers_and_routers_as_validate_does(replay_with_a_router):
+    for command, said_first in (("validate", None), ("deploy", "running site.yml on"), ("verify", "verifying")):
+        result, _ = replay_with_a_router(command)
+        if said_first:
+            assert f"{said_first} 3 server(s) and 1 router(s) of " in result.stderr, result.stdout[-500:] + result.stderr[-1500:]
+        else:
+            assert ": 3 server(s) and 1 router(s), " in result.stdout, result.stdout[-500:]
 
 
 def test_a_plan_takes_no_lock_so_it_releases_none(replay):
