@@ -71,6 +71,15 @@ def test_nothing_written_is_explained_by_the_write_policy(policy, cause):
     assert "L3 hit after restart" not in {c["check"] for c in result["checks"]}  # no restart for nothing
 
 
+def test_an_unset_write_policy_is_sglangs_write_through_so_nothing_written_is_not_blamed_on_it():
+    """SGLang's default is write_through (0.5.23 arg_groups/fields/memory.py hicache_write_policy)."""
+    d = deployment("local", page_size=64, write_policy=None)
+    assert d.write_policy is None
+    result = verify.judge(d, observations(d, fill_metrics=answered(content=metrics_text())), l3=True)
+    cause = failed(result)["L3 write"]["cause"]
+    assert cause.startswith("nothing reached L3 in time") and "write_back" not in cause and "selective" not in cause
+
+
 def test_keys_that_changed_over_the_restart_are_named(local):
     after = answered(json={"page_size": 128, "served_model_name": local.served_name})
     result = verify.judge(local, observations(local, info_after=after, reuse=chat(300, 0),
