@@ -7,7 +7,9 @@ a needed item the host lacks is missing and required; doctor's exit code follows
 
 from __future__ import annotations
 
+import yaml
 from helpers import deployment
+from support import ROOT
 
 from hicachectl import preflight
 
@@ -195,3 +197,20 @@ def test_the_storage_role_does_not_try_a_mount_the_stock_kernel_refuses():
         assert preflight.can_mount(FULL, d)[0] and preflight.can_mount(INSTALLED_NOT_LOADED, d)[0]
     single = deployment("vast", storage_remoteports=None, storage_localports=[], storage_nconnect=16)
     assert preflight.can_mount(stock, single)[0]  # what the stock kernel mounts is mounted
+
+
+def test_the_supported_ansible_core_range_is_the_same_wherever_it_is_said():
+    """pyproject.toml's requirement, the collection's meta/runtime.yml, preflight's window, docs/collection.md's
+    heading and the sanity ignore files (one per supported minor) name one range."""
+    import tomllib
+
+    low, high = preflight.ANSIBLE_WINDOW
+    minors = [f"{low[0]}.{m}" for m in range(low[1], high[1] + 1)]
+    assert low[0] == high[0], "a range across major versions: say it here"
+    after = f"{high[0]}.{high[1] + 1}"
+    requirement = next(r for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"] if r.startswith("ansible-core"))
+    assert requirement.replace(" ", "") == f"ansible-core>={minors[0]},<{after}", requirement
+    runtime = yaml.safe_load((ROOT / "meta/runtime.yml").read_text())["requires_ansible"]
+    assert runtime == f">={minors[0]}.0,<{after}", runtime
+    assert f"## Supported ansible-core: {minors[0]} to {minors[-1]}" in (ROOT / "docs/collection.md").read_text()
+    assert sorted(p.name for p in (ROOT / "tests/sanity").glob("ignore-*.txt")) == sorted(f"ignore-{m}.txt" for m in minors)
