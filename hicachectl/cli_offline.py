@@ -58,7 +58,8 @@ def render(inventory: str = common.InventoryOpt, host: str | None = typer.Option
            force: bool = typer.Option(False, "--force", help="With --out: replace files already there."),
            json: bool = common.JsonOpt) -> None:
     """Show (or write) every file each host would receive: a server's start.sh, run.sh, backend config and unit, the
-    fstab block, sysctl.d, modprobe.d, nfs.conf.d, limits.d, the NIC config and units; a router's workers file and unit."""
+    fstab block, sysctl.d, modprobe.d, nfs.conf.d, limits.d, the NIC config and units; a router's workers file and unit.
+    Files the NVIDIA Container Toolkit writes for the container runtime are named with the command (not written by --out)."""
     from hicachectl import launch, secrets
     from hicachectl import render as rendering
 
@@ -81,8 +82,10 @@ def render(inventory: str = common.InventoryOpt, host: str | None = typer.Option
             entry = dict(launch.summary(d), role="server", files={f.name: f.shown for f in rendering.files(d)})
         else:
             entry = {"host": name, "role": "router"}
+        tool_files = per_host[name].tool_files
         payload[name] = secrets.mask(dict(entry, host_files=[f.as_dict() for f in host_files],
-                                          removed_files=[{"role": role, "path": path} for role, path in removed]), hidden)
+                                          removed_files=[{"role": role, "path": path} for role, path in removed],
+                                          tool_files=[f.as_dict() for f in tool_files]), hidden)
         if out is not None:
             for f in host_files:
                 target = out.joinpath(*_out_place(name, d, f))
@@ -94,6 +97,8 @@ def render(inventory: str = common.InventoryOpt, host: str | None = typer.Option
                 typer.echo(secrets.mask_text(_shown_file(name, d, f), hidden))
             for role, path in removed:
                 typer.echo(f"==> {name}:{path} ({role}) <==\nremoved if present (this inventory does not need it)\n")
+            for f in tool_files:
+                typer.echo(f"==> {name}:{f.path} ({f.role}) <==\nwritten by `{f.command}` {f.when}; its content is the tool's\n")
     common.finish(common.EXIT_OK, json, {"inventory": inv.name, "hosts": payload})  # the text was printed host by host
 
 

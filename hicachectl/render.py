@@ -210,10 +210,39 @@ class HostFile:
 
 
 @dataclasses.dataclass(frozen=True)
+class ToolFile:
+    """A file a role has a vendor's tool write (its content is the tool's, so render cannot show it)."""
+    role: str
+    path: str
+    command: str  # as the role's task runs it
+    when: str
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
 class HostChanges:
-    """What the roles do to a host's files: the files they write, and the files they remove when present."""
+    """What the roles do to a host's files: the files they write, the files they remove when present, and the files
+    a vendor's tool writes at their request."""
     files: list[HostFile]
     removed: list[tuple[str, str]]  # (role, path)
+    tool_files: list[ToolFile] = dataclasses.field(default_factory=list)
+
+
+def runtime_tool_files(d) -> list[ToolFile]:
+    """What roles/container_runtime/tasks/apply.yml has the NVIDIA Container Toolkit write, per runtime (only where the
+    runtime and nvidia-ctk are installed; tests/test_render.py holds these commands to the role's tasks)."""
+    from hicachectl import plans
+
+    runtime = plans.runtime_plan(d).runtime
+    if runtime == "docker":
+        return [ToolFile("container_runtime", "/etc/docker/daemon.json", "nvidia-ctk runtime configure --runtime=docker",
+                         "when Docker's daemon.json has no nvidia runtime yet (then Docker is restarted)")]
+    if runtime == "podman":
+        return [ToolFile("container_runtime", "/etc/cdi/nvidia.yaml", "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml",
+                         "when the file is not there yet")]
+    return []
 
 
 def nic_program_text() -> str:
@@ -266,7 +295,7 @@ def server_host_files(d) -> HostChanges:
         rendered = texts[f.name]
         out.append(HostFile("sglang_server", f"{server.cfg_dir.rstrip('/')}/{f.name}", rendered.content, f.mode, f.secret, rendered.masked))
     out.append(HostFile("sglang_server", f"{SYSTEMD_DIR}/{server.unit['name']}", server.unit["content"], "0644"))
-    return HostChanges(out, removed)
+    return HostChanges(out, removed, runtime_tool_files(d))
 
 
 def router_host_files(d, servers: dict) -> list[HostFile]:

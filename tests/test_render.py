@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -232,3 +234,20 @@ def test_render_lists_every_file_the_roles_write(tmp_path):
     assert {f"{d.cfg_dir}/{f.name}" for f in render.files(d)} <= everything
     missing = written - looped - everything
     assert len(written) >= 12 and not missing, missing
+
+
+def test_render_names_the_files_the_nvidia_toolkit_writes_with_the_roles_own_commands():
+    """container_runtime has nvidia-ctk write daemon.json (Docker) or the CDI spec (Podman): render names each with the
+    command, which must be the role's task's own, and every nvidia-ctk command of the roles is named."""
+    from hicachectl import render
+
+    task_text = "\n".join(p.read_text() for p in sorted((ROOT / "roles").glob("*/tasks/*.yml")))
+    commands = set(re.findall(r"command: (nvidia-ctk [^\n#]+?)\s*(?:#.*)?$", task_text, re.M))
+    assert len(commands) == 2, commands
+    named = {}
+    for runtime in ("docker", "podman"):
+        named[runtime] = render.server_host_files(deployment("vast", container_runtime=runtime)).tool_files
+    named["none"] = render.server_host_files(dataclasses.replace(deployment("vast"), container_runtime="none")).tool_files
+    assert [f.path for f in named["docker"]] == ["/etc/docker/daemon.json"] and [f.path for f in named["podman"]] == ["/etc/cdi/nvidia.yaml"]
+    assert named["none"] == []
+    assert {f.command for fs in named.values() for f in fs} == commands
