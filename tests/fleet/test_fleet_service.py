@@ -74,13 +74,15 @@ def test_a_second_deploy_is_refused_by_the_lock_while_the_first_completes(served
     import time
 
     host = list(served_fleet.hosts)[1]
+    # The first run holds the lock until its server answers: a load of 60 s outlasts the second run's way to its lock
+    # check on a loaded machine too (this test failed in a fresh-clone run with 15 s and a 60 s wait for the lock).
     slow = served_fleet.inventory(extra_vars={**SERVICE_VARS, "hicache_served_model_name": "slow",
-                                              "hicache_container_env": {"STANDIN_LOAD_SECONDS": "15"}}, name="served-slow")
+                                              "hicache_container_env": {"STANDIN_LOAD_SECONDS": "60"}}, name="served-slow")
     first = subprocess.Popen([sys.executable, "-m", "hicachectl", "deploy", "--inventory", str(slow), "--limit", host, "--json"],
                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for _ in range(120):  # until the first run holds the lock
-        if served_fleet.ssh(host, "test -f /run/hicache-deploy.lock").returncode == 0:
-            break
+    deadline = time.monotonic() + 600
+    while served_fleet.ssh(host, "test -f /run/hicache-deploy.lock").returncode != 0:  # until the first run holds the lock
+        assert first.poll() is None and time.monotonic() < deadline, "the first deploy never held the lock"
         time.sleep(0.5)
     second = cli("deploy", "--inventory", str(slow), "--limit", host)
     out, _ = first.communicate(timeout=600)
