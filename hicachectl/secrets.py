@@ -167,10 +167,8 @@ def text_forms(secret_values: Iterable[str]) -> list[str]:
 
 
 def mask_text(text: str, secret_values: Iterable[str]) -> str:
-    for value in secret_values:
-        for form in _forms(value):
-            if form in text:
-                text = text.replace(form, MASK)
+    for form in text_forms(secret_values):
+        text = text.replace(form, MASK)
     return text
 
 
