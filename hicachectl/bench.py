@@ -25,7 +25,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from hicachectl import metrics, prompts
+from hicachectl import metrics, prompts, secrets
 
 
 class BenchError(RuntimeError):
@@ -184,9 +184,9 @@ def wait_for_backup(read: Callable[[], str | None], before: float | None, expect
 
 def flush_cache(target: Target) -> None:
     """POST /flush_cache: SGLang asks for the admin key there when the server has one (utils/auth.py, ADMIN_OPTIONAL)."""
-    headers = {"Authorization": f"Bearer {target.admin_key}"} if target.admin_key else {}
     try:
-        urllib.request.urlopen(urllib.request.Request(target.base_url + "/flush_cache", method="POST", headers=headers), timeout=60).close()
+        urllib.request.urlopen(urllib.request.Request(target.base_url + "/flush_cache", method="POST", headers=secrets.bearer(target.admin_key)),
+                               timeout=60).close()
     except urllib.error.HTTPError as exc:
         if exc.code in (401, 403):
             given = "refused the key in HICACHE_ADMIN_API_KEY" if target.admin_key else "asks for the server's admin API key"

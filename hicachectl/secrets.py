@@ -160,6 +160,12 @@ def _forms(value: str) -> list[str]:
     return sorted((f for f in forms if len(f) >= MIN_TEXT_MASK), key=len, reverse=True)
 
 
+def bearer(key: str | None) -> dict[str, str]:
+    """The header SGLang's admin endpoints want once the server has an admin key (0.5.23 utils/auth.py,
+    AuthLevel.ADMIN_OPTIONAL: `Authorization: Bearer <admin key>`, 401 otherwise); none without a key."""
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
 def text_forms(secret_values: Iterable[str]) -> list[str]:
     """Every form of every value (_forms), longest first: what a plain text replacement must replace (a module that
     masks what it prints gets these, so the forms are known here only)."""

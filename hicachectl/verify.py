@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from hicachectl import metrics, namespace, prompts, render
+from hicachectl import metrics, namespace, prompts, render, secrets
 
 # Three outcomes: a check that could not be made is "not checked", never a pass; where it was asked for, it fails.
 PASS, FAIL, NOT_CHECKED = "pass", "fail", "not checked"
@@ -69,7 +69,7 @@ def storage_backend_request(d) -> dict[str, Any]:
     server has one: send them under no_log)."""
     key = admin_api_key(d)
     return {"url": f"http://{d.local_host}:{d.effective_port}{STORAGE_BACKEND_PATH}",
-            "headers": {"Authorization": f"Bearer {key}"} if key else {}}
+            "headers": secrets.bearer(key)}
 
 
 def storage_backend_check(d, answer: Mapping[str, Any] | None, info: Mapping[str, Any] | None = None) -> dict[str, str] | None:
