@@ -178,17 +178,21 @@ class VM:
             return "(no console log)"
 
     # -- remote commands ---------------------------------------------------------------------------------------------
-    def _ssh_argv(self, *args: str) -> list[str]:
-        return ["ssh", "-q", "-i", str(self.key), "-p", str(self.ssh_port), *SSH_OPTIONS, *MULTIPLEX,
-                "-o", f"ControlPath={self.workdir / (self.name + '.ssh')}", *args, "root@127.0.0.1"]
+    def _ssh_argv(self, *args: str, login: bool = False) -> list[str]:
+        shared = ["-o", "ControlMaster=no", "-o", "ControlPath=none"] if login else \
+            [*MULTIPLEX, "-o", f"ControlPath={self.workdir / (self.name + '.ssh')}"]
+        return ["ssh", "-q", "-i", str(self.key), "-p", str(self.ssh_port), *SSH_OPTIONS, *shared, *args, "root@127.0.0.1"]
 
     def disconnect(self) -> None:
         """Close the shared SSH connection (the next command opens a new one): before the guest goes down, so no
         command waits on a connection to a guest that is gone."""
         subprocess.run([*self._ssh_argv("-O", "exit")], capture_output=True, timeout=30)
 
-    def ssh(self, command: str, check: bool = False, timeout: float = 300) -> subprocess.CompletedProcess:
-        proc = subprocess.run([*self._ssh_argv(), command], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+    def ssh(self, command: str, check: bool = False, timeout: float = 300, login: bool = False) -> subprocess.CompletedProcess:
+        """`command` over the shared connection; `login` opens a new SSH login instead (its own PAM session: what
+        pam_limits gives a login now, which a connection opened earlier does not show)."""
+        proc = subprocess.run([*self._ssh_argv(login=login), command], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=timeout)
         if check and proc.returncode != 0:
             raise RuntimeError(f"{self.name}: `{command}` exited {proc.returncode}: {proc.stderr.strip() or proc.stdout.strip()}")
         return proc

@@ -82,8 +82,8 @@ class DockerHost:
     def down(self) -> None:
         vmlib.cleanup(self.workdir, [self.vm])
 
-    def ssh(self, command: str, check: bool = True, timeout: float = 300) -> str:
-        proc = self.vm.ssh(command, timeout=timeout)
+    def ssh(self, command: str, check: bool = True, timeout: float = 300, login: bool = False) -> str:
+        proc = self.vm.ssh(command, timeout=timeout, login=login)
         if check and proc.returncode != 0:
             raise AssertionError(f"`{command}` exited {proc.returncode}: {proc.stderr.strip()} {proc.stdout.strip()}")
         return proc.stdout
@@ -170,7 +170,7 @@ def test_host_limits_and_container_runtime_bring_docker_up_with_memlock_where_co
 
 def test_a_new_login_session_has_memlock_unlimited(host):
     """pam_limits in sshd's session reads /etc/security/limits.d (root has its own lines: '*' does not cover root)."""
-    assert host.ssh("ulimit -l; ulimit -Hl").split() == ["unlimited", "unlimited"]
+    assert host.ssh("ulimit -l; ulimit -Hl", login=True).split() == ["unlimited", "unlimited"]
 
 
 def test_containers_inherit_memlock_from_containerd_not_dockerd(host):

@@ -153,7 +153,7 @@ def test_verify_fails_when_a_tuned_value_drifts(bed):
 def assert_memlock_unlimited(vm):
     """memlock where it matters (host_limits): a new login session (pam_limits reads limits.d) and the running
     server's own process, as the kernel reports them."""
-    assert vm.ssh("ulimit -l; ulimit -Hl").stdout.split() == ["unlimited", "unlimited"]
+    assert vm.ssh("ulimit -l; ulimit -Hl", login=True).stdout.split() == ["unlimited", "unlimited"]
     pid = vm.ssh(f"systemctl show -p MainPID --value {UNIT}").stdout.strip()
     assert pid not in ("", "0"), pid
     limits = next(x for x in vm.read(f"/proc/{pid}/limits").splitlines() if x.startswith("Max locked memory"))
