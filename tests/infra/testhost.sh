@@ -71,7 +71,7 @@ case "${1:-}" in
     key="$(podman inspect -f '{{range .Mounts}}{{if eq .Destination "/root/.ssh/authorized_keys"}}{{.Source}}{{end}}{{end}}' "$2")"
     wait_ssh "$port" "${key%.pub}"
     ;;
-  down) shift; [ $# -eq 0 ] || podman rm -f -t 0 "$@" >/dev/null ;;
+  down) shift; [ $# -eq 0 ] || podman rm -f -i -t 0 "$@" >/dev/null ;;  # -i: a name already gone does not stop the others
   clean)
     if [ "${2:-}" = --all ]; then
       podman ps -aq --filter "label=$label" | xargs -r podman rm -f -t 0 >/dev/null
