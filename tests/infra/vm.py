@@ -58,10 +58,13 @@ def _probe_kvm(img: pathlib.Path) -> str:
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         return "tcg"
     try:
+        # stdin from /dev/null: QEMU's stdio backend sets O_NONBLOCK on its stdin and, killed by the timeout, leaves
+        # it so; inherited, that was pytest's own stdin, and every later ansible in the same pytest refused to run
+        # ("Ansible requires blocking IO on stdin/stdout/stderr", seen when a stream ran other files after the VM bed).
         proc = subprocess.run(["qemu-system-x86_64", "-accel", "kvm", "-m", "256", "-display", "none", "-nodefaults",
                                "-no-reboot", "-serial", "stdio", "-kernel", str(img / "vmlinuz"),
                                "-append", "console=ttyS0 panic=-1 root=/dev/null"],
-                              capture_output=True, text=True, timeout=15)
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=15)
         return "kvm" if "Linux version" in proc.stdout else "tcg"
     except subprocess.TimeoutExpired as timeout:
         out = timeout.stdout.decode(errors="replace") if isinstance(timeout.stdout, bytes) else (timeout.stdout or "")
@@ -186,7 +189,7 @@ class VM:
     def disconnect(self) -> None:
         """Close the shared SSH connection (the next command opens a new one): before the guest goes down, so no
         command waits on a connection to a guest that is gone."""
-        subprocess.run([*self._ssh_argv("-O", "exit")], capture_output=True, timeout=30)
+        subprocess.run([*self._ssh_argv("-O", "exit")], stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
 
     def ssh(self, command: str, check: bool = False, timeout: float = 300, login: bool = False) -> subprocess.CompletedProcess:
         """`command` over the shared connection; `login` opens a new SSH login instead (its own PAM session: what

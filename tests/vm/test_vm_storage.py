@@ -10,6 +10,7 @@ filtering off on the storage ports, before the mount) is tuned and read here.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 
@@ -303,3 +304,9 @@ def test_after_the_last_reboot_the_named_ports_mtu_is_back_from_the_boot_unit(be
     assert result[:2] == ["active", "success"] or "success" in result, result
     order = vm.ssh("systemctl show -p Before,After --value hicache-nic-tuning.service").stdout
     assert "network-pre.target" in order, order
+
+
+def test_the_bed_leaves_pytests_stdin_blocking(bed):
+    """Other test files run after the bed in the same pytest (tests/run's streams): every ansible there refuses a
+    non-blocking stdin. The KVM probe's QEMU (-serial stdio) once left pytest's own stdin non-blocking."""
+    assert os.get_blocking(0), "pytest's stdin was left non-blocking: ansible-playbook and ansible-galaxy would refuse to run"
