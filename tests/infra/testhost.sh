@@ -37,12 +37,14 @@ owner() {  # the process this host belongs to: TESTHOST_OWNER (a pid), else the 
 }
 
 wait_ssh() {  # port key
-  for _ in $(seq 1 120); do
+  # up to 300 s: with every stream of tests/run busy, a Molecule host took longer than the 60 s this once waited
+  local deadline=$((SECONDS + 300))
+  while [ "$SECONDS" -lt "$deadline" ]; do
     if ssh -q -i "$2" -p "$1" -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
         -o ConnectTimeout=2 root@127.0.0.1 true 2>/dev/null; then return 0; fi
     sleep 0.5
   done
-  echo "testhost: no SSH on 127.0.0.1:$1 after 60 s" >&2
+  echo "testhost: no SSH on 127.0.0.1:$1 after 300 s" >&2
   return 1
 }
 
