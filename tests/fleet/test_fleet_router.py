@@ -113,12 +113,9 @@ def get(url, timeout=5.0):
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, ""
-    except (TimeoutError, urllib.error.URLError) as exc:
-        if isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None), TimeoutError):
-            return 0, ""
-        return -1, ""
-    except OSError:
-        return -1, ""
+    except OSError as exc:  # URLError wraps a connect timeout in .reason; a read timeout is raised as it is
+        timed_out = isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None), TimeoutError)
+        return (0 if timed_out else -1), ""
 
 
 def chat(router_url, prompt, timeout=60.0):
