@@ -181,7 +181,8 @@ class VM:
             return "(no console log)"
 
     # -- remote commands ---------------------------------------------------------------------------------------------
-    def _ssh_argv(self, *args: str, login: bool = False) -> list[str]:
+    def ssh_argv(self, *args: str, login: bool = False) -> list[str]:
+        """ssh's command line for this VM up to the remote command: the shared connection, or a new login."""
         shared = ["-o", "ControlMaster=no", "-o", "ControlPath=none"] if login else \
             [*MULTIPLEX, "-o", f"ControlPath={self.workdir / (self.name + '.ssh')}"]
         return ["ssh", "-q", "-i", str(self.key), "-p", str(self.ssh_port), *SSH_OPTIONS, *shared, *args, "root@127.0.0.1"]
@@ -189,12 +190,12 @@ class VM:
     def disconnect(self) -> None:
         """Close the shared SSH connection (the next command opens a new one): before the guest goes down, so no
         command waits on a connection to a guest that is gone."""
-        subprocess.run([*self._ssh_argv("-O", "exit")], stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
+        subprocess.run(self.ssh_argv("-O", "exit"), stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
 
     def ssh(self, command: str, check: bool = False, timeout: float = 300, login: bool = False) -> subprocess.CompletedProcess:
         """`command` over the shared connection; `login` opens a new SSH login instead (its own PAM session: what
         pam_limits gives a login now, which a connection opened earlier does not show)."""
-        proc = subprocess.run([*self._ssh_argv(login=login), command], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        proc = subprocess.run([*self.ssh_argv(login=login), command], stdin=subprocess.DEVNULL, capture_output=True, text=True,
                               timeout=timeout)
         if check and proc.returncode != 0:
             raise RuntimeError(f"{self.name}: `{command}` exited {proc.returncode}: {proc.stderr.strip() or proc.stdout.strip()}")
@@ -204,7 +205,7 @@ class VM:
         return self.ssh(f"cat {path}", check=True).stdout
 
     def write(self, path: str, content: str, mode: str = "0644") -> None:
-        proc = subprocess.run([*self._ssh_argv(), f"install -D -m {mode} /dev/stdin {path}"], input=content, capture_output=True,
+        proc = subprocess.run([*self.ssh_argv(), f"install -D -m {mode} /dev/stdin {path}"], input=content, capture_output=True,
                               text=True, timeout=60)
         if proc.returncode != 0:
             raise RuntimeError(f"{self.name}: cannot write {path}: {proc.stderr.strip()}")

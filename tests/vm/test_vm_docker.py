@@ -75,8 +75,7 @@ class DockerHost:
         # The toolkit's hook stand-in on dockerd's PATH before dockerd first starts (it looks the hook up once, at start).
         self.vm.write(f"/usr/local/bin/{HOOK}", (HERE / "docker_guest" / HOOK).read_text(), mode="0755")
         with open(rootfs, "rb") as tar:
-            subprocess.run(["ssh", "-q", "-i", str(self.key), "-p", str(self.vm.ssh_port), *vmlib.SSH_OPTIONS, "root@127.0.0.1",
-                            "cat > /root/standin-rootfs.tar"], stdin=tar, check=True, timeout=600)
+            subprocess.run([*self.vm.ssh_argv(), "cat > /root/standin-rootfs.tar"], stdin=tar, check=True, timeout=600)
         return self
 
     def down(self) -> None:
