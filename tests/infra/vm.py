@@ -118,8 +118,14 @@ class VM:
         """Power on (QEMU runs until the guest powers off; a guest reboot resets it and boots the same kernel again)."""
         with self.console.open("a") as log:
             log.write(f"\n==== power on {time.strftime('%H:%M:%S')}\n")
+        # A session of its own, so the scheduler weighs this guest as one of the machine's peers: with autogroup
+        # scheduling (this kernel's default) CPU is shared between sessions first, and every test host container
+        # between them is one more peer (Podman's libpod_parent group), while pytest's own session holds every test
+        # stream, its Ansible runs and, without this, the guests too. There a guest got a small slice of one share,
+        # and a boot outran systemd's own 90 s device timeouts and the tests' 420 s (a CI run's reboot never came
+        # back). A guest has timeouts of its own that a test cannot stretch; a test stream can wait.
         self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=open(self.workdir / f"{self.name}.qemu.log", "a"))
+                                     stderr=open(self.workdir / f"{self.name}.qemu.log", "a"), start_new_session=True)
         return self
 
     def wait_ssh(self, timeout: float = 420) -> VM:
