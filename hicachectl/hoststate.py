@@ -67,9 +67,10 @@ def compare_mount(entry: MountEntry | None, expected_options: tuple[str, ...], e
                   resolved_source: str | None = None) -> list[str]:
     """What differs between the live mount and the wanted one; [] when it matches.
 
-    Only options the kernel reports back are compared (vers, proto, port, nconnect, rsize/wsize); fstab-only
-    options (_netdev, nofail, x-systemd.*) never show in mountinfo, and the VAST driver's own (remoteports,
-    localports, spread_*) show depending on its version: vastnfs_option_checks judges them.
+    Only options the kernel reports back are compared: fstab-only options (_netdev, nofail, x-systemd.*) never show
+    in mountinfo, an NFS option the kernel does not print back is named by nfs_unechoed_options (not checked), and
+    the VAST driver's own (remoteports, localports, spread_*) show depending on its version: vastnfs_option_checks
+    judges them.
     mountinfo names a device, never UUID=/LABEL=: `resolved_source` is the device the wanted source
     names on the host (storage.resolve_source); the live source may be either.
     """
@@ -84,20 +85,77 @@ def compare_mount(entry: MountEntry | None, expected_options: tuple[str, ...], e
     elif fstype not in ("nfs", "nfs4") and entry.fstype != fstype:
         problems.append(f"filesystem is {entry.fstype}, expected {fstype}")
     live = entry.option_map()
+    unechoed = {o for o, _ in _nfs_unechoed(expected_options)} if fstype == "nfs" else set()
     for option in expected_options:
         key, _, value = option.partition("=")
         # The VAST driver's own options are judged by vastnfs_option_checks: what it shows depends on its version.
-        if key.startswith(("_", "x-systemd")) or key in ("nofail", "defaults") or key in VASTNFS_SHOWN_OPTIONS:
+        if key.startswith(("_", "x-systemd")) or key in ("nofail", "defaults") or key in VASTNFS_SHOWN_OPTIONS or option in unechoed:
+            continue
+        if fstype == "nfs":
+            key, value = _NFS_ALIASES.get(key, key), _NFS_VALUE_ALIASES.get(option, value)
+        if key == "actimeo":  # the kernel prints the four times it sets, each only where it is not the default
+            problems += [p for k, default in NFS_AC_DEFAULTS.items() if value != default and (p := _option_problem(live, k, value))]
             continue
         if key == "vers":  # vers=4.1 must match exactly; vers=3 matches any 3.x the kernel reports
             live_vers = live.get("vers") or ""
             if (live_vers if "." in value else live_vers.split(".")[0]) != value:
                 problems.append(f"vers={live.get('vers')}, expected {value}")
-        elif key not in live:
-            problems.append(f"{key} is not in effect (expected {option})")
-        elif value and live[key] != value:
-            problems.append(f"{key}={live[key]}, expected {value}")
+        elif (problem := _option_problem(live, key, value, option)):
+            problems.append(problem)
     return problems
+
+
+def _option_problem(live: dict[str, str | None], key: str, value: str, option: str | None = None) -> str | None:
+    if key not in live:
+        return f"{key} is not in effect (expected {option or f'{key}={value}'})"
+    if value and live[key] != value:
+        return f"{key}={live[key]}, expected {value}"
+    return None
+
+
+# What the kernel prints back of an NFS mount: fs/nfs/super.c nfs_show_mount_options and nfs_show_options (vers, rsize,
+# wsize, bsize, namlen, the attribute cache times where not the default, hard/soft/softerr and the nfs_info flags,
+# proto, nconnect, max_connect, port, timeo, retrans, sec, xprtsec, the mountd options (NFSv3) or clientaddr (NFSv4),
+# fsc, migration, lookupcache, local_lock, addr), and the VFS's own flags (fs/proc_namespace.c show_mnt_opts and
+# show_sb_opts). Anything else an fstab line may carry (bg, retry, intr, actimeo's neighbours at their defaults, ...) is
+# taken by mount.nfs or the kernel without a trace in mountinfo: not checked, never "not in effect".
+NFS_ECHOED_OPTIONS = frozenset({
+    "vers", "rsize", "wsize", "bsize", "namlen", "acregmin", "acregmax", "acdirmin", "acdirmax", "hard", "soft", "softerr",
+    "posix", "nocto", "noac", "nolock", "noacl", "nordirplus", "nosharecache", "noresvport", "proto", "nconnect",
+    "max_connect", "port", "timeo", "retrans", "sec", "xprtsec", "mountaddr", "mountvers", "mountport", "mountproto",
+    "clientaddr", "fsc", "migration", "lookupcache", "local_lock", "addr", "actimeo",
+    "ro", "rw", "sync", "dirsync", "nosuid", "nodev", "noexec", "noatime", "nodiratime", "relatime", "lazytime"})
+# include/linux/nfs_fs.h NFS_DEF_ACREGMIN/ACREGMAX/ACDIRMIN/ACDIRMAX (seconds): printed only where different.
+NFS_AC_DEFAULTS = {"acregmin": "3", "acregmax": "60", "acdirmin": "30", "acdirmax": "60"}
+_NFS_ALIASES = {"nfsvers": "vers"}  # fs/nfs/fs_context.c: nfsvers= is vers=
+_NFS_VALUE_ALIASES = {"lookupcache=positive": "pos"}  # nfs_show_mount_options prints lookupcache=pos
+
+
+def _nfs_unechoed(expected_options: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(option, why) for each wanted NFS option mountinfo cannot show, so it cannot be compared there."""
+    out = []
+    vers = next((o.partition("=")[2] for o in expected_options if _NFS_ALIASES.get(o.partition("=")[0], o.partition("=")[0]) == "vers"), "")
+    for option in expected_options:
+        key, _, value = option.partition("=")
+        key = _NFS_ALIASES.get(key, key)
+        if key.startswith(("_", "x-systemd")) or key in ("nofail", "defaults") or key in VASTNFS_SHOWN_OPTIONS:
+            continue
+        if key not in NFS_ECHOED_OPTIONS:
+            out.append((option, "the NFS client does not print it back in mountinfo"))
+        elif NFS_AC_DEFAULTS.get(key) == value or (key == "lookupcache" and value == "all"):
+            out.append((option, "the kernel's default, which mountinfo does not print"))
+        elif key == "port" and vers.startswith("4") and value == "2049":
+            out.append((option, "the NFSv4 default port, which mountinfo does not print"))
+        elif key == "max_connect" and (not vers.startswith("4") or value in ("0", "1")):
+            out.append((option, "mountinfo prints max_connect only above 1 on NFSv4"))
+    return out
+
+
+def nfs_unechoed_options(expected_options: tuple[str, ...], fstype: str) -> list[str]:
+    """What compare_mount leaves out of an NFS mount, and why: notes for "not checked"."""
+    if fstype != "nfs":
+        return []
+    return [f"mount option {option}: not checked, {why}" for option, why in _nfs_unechoed(expected_options)]
 
 
 # vastnfs shows its own mount options in mountinfo from 4.0.30 on (docs/src/ChangeLog.md 4.0.30: "Show the extra mount

@@ -125,3 +125,29 @@ def test_the_mount_state_filter_follows_mountstats_to_each_path():
     netapp = state("121 22 0:56 / /mnt/kvcache rw,relatime - nfs4 netapp-lif.example.com:/kvcache rw,vers=4.1,rsize=65536,wsize=65536,"
                    "proto=rdma,nconnect=8,port=20049\n", _plan(deployment("netapp", storage_nconnect=8)), None, sample("mountstats-netapp-pnfs.txt"))
     assert netapp["problems"] == [] and netapp["passed"] == ["pNFS in use (LAYOUT_NFSV4_1_FILES)"]
+
+
+def test_options_the_nfs_client_does_not_print_back_are_not_checked_never_failed():
+    """fs/nfs/super.c nfs_show_mount_options prints a fixed set of options (and the attribute cache times only where
+    not the kernel's default, include/linux/nfs_fs.h NFS_DEF_AC*): an fstab option outside it cannot be found in
+    mountinfo, so it is named as not checked, never "not in effect" (which failed every converge and verify)."""
+    extra = ["noidlexprt", "noextend", "retry=5", "bg", "acregmin=3", "lookupcache=all"]
+    base, _ = judged("mountinfo-4.0.29.txt", "4.0.29", storage_options=extra)
+    assert base == []
+    wanted = storage.mount(deployment("vast", **MULTIPATH, storage_options=extra))
+    notes = hoststate.nfs_unechoed_options(wanted.options, wanted.fstype)
+    assert [n.split(":")[0] for n in notes] == [f"mount option {o}" for o in extra], notes
+    assert all("not checked" in n for n in notes)
+    # what the kernel prints is still compared, spelt as it prints it
+    for option, problem in (("nfsvers=4.1", "vers=3, expected 4.1"), ("actimeo=600", "acregmin is not in effect (expected acregmin=600)"),
+                            ("lookupcache=positive", "lookupcache is not in effect (expected lookupcache=positive)"),
+                            ("timeo=100", "timeo=600, expected 100")):
+        base, _ = judged("mountinfo-4.0.29.txt", "4.0.29", storage_options=[option])
+        assert problem in base, (option, base)
+
+
+def test_the_printed_spellings_of_aliases_and_defaults_match():
+    live = sample("mountinfo-4.0.29.txt").replace(",timeo=600", ",acregmin=600,acregmax=600,acdirmin=600,acdirmax=600,lookupcache=pos,timeo=600")
+    wanted = storage.mount(deployment("vast", **MULTIPATH, storage_options=["nfsvers=3", "actimeo=600", "lookupcache=positive"]))
+    entry = hoststate.mount_at(hoststate.parse_mountinfo(live), wanted.point)
+    assert hoststate.compare_mount(entry, wanted.options, wanted.source, wanted.fstype) == []

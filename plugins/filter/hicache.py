@@ -184,6 +184,8 @@ def hicache_mount_state(mountinfo_text, plan, vastnfs_version=None, mountstats_t
     options = tuple(mount["options"].split(","))
     problems = hoststate.compare_mount(entry, options, mount["source"], mount["fstype"], mount.get("resolved_source"))
     vast_problems, not_checked = hoststate.vastnfs_option_checks(entry, options, vastnfs_version)
+    if entry is not None:
+        not_checked = hoststate.nfs_unechoed_options(options, mount["fstype"]) + not_checked
     problems, passed, stats_path = problems + vast_problems, [], None
     if entry is not None and mountstats_text is not None:
         stats = hoststate.mountstats_at(hoststate.parse_mountstats(mountstats_text), mount["point"])
