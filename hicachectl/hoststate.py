@@ -407,9 +407,9 @@ def nic_verdict(report: dict, asked: bool, ecn_required: bool = False) -> dict[s
     On a host with a ConnectX port, anything the program cannot do or read on a selected port is a failure, as is a
     named port that is absent. A host without any ConnectX port lacks the hardware entirely: what is asked of it is a
     gap (a failure under hicache_strict); when nothing is asked there is nothing to tune.
-    `not_offered`: what the port's driver has no interface for (per-priority ECN with the distribution's mlx5): a
-    named gap that leaves the host degraded whatever hicache_strict says (`driver_gaps`), a failure only where the
-    inventory requires it (hicache_nic_ecn_required).
+    `not_offered`: what the port's driver stack has no interface for (per-priority ECN, and trust/PFC without
+    mlnx_qos, with the distribution's mlx5): a named gap that leaves the host degraded whatever hicache_strict says
+    (`driver_gaps`); ECN's is a failure where the inventory requires it (hicache_nic_ecn_required).
     `changes`: what still differs from the inventory (a failure once the role has applied it).
     `ports`: each port selected or left alone, with why (what render's selection found on this host).
     `left`: each setting a null in the inventory leaves as it is ("None leaves it"): neither set nor read, not checked.
@@ -417,11 +417,10 @@ def nic_verdict(report: dict, asked: bool, ecn_required: bool = False) -> dict[s
     reasons = [f"{u['what']}: {u['reason']}" for u in report.get("unavailable", [])]
     failures = [f"{f['what']}: {f['reason']}" for f in report.get("failed", [])]
     changes = [c["what"] + (f" ({c['note']})" if c.get("note") else "") for c in report.get("changes", [])]
-    driver = [f"{u['what']}: {u['reason']}" for u in report.get("not_offered", [])]
+    driver = [f"{u['what']}: {u['reason']}" for u in report.get("not_offered", []) if not (ecn_required and u.get("setting") == "ecn")]
+    failures += [f"{u['what']}: {u['reason']}" for u in report.get("not_offered", []) if ecn_required and u.get("setting") == "ecn"]
     ports = ([f"{s['port']}: tuned, {s['reason']}" for s in report.get("selected", [])]
              + [f"{s['port']}: not tuned, {s['reason']}" for s in report.get("skipped", [])])
-    if ecn_required:
-        failures, driver = failures + driver, []
     # driver_gaps and ports only where there are some: a verdict without them reads as before (checks.yml defaults them)
     left = [f"{item['what']}: {item['reason']}" for item in report.get("left", [])]
     extra = {k: v for k, v in (("driver_gaps", driver), ("ports", ports), ("left", left)) if v}

@@ -116,12 +116,11 @@ def test_inbox_mlx5_ecn_is_a_named_gap_not_a_failure_with_the_shipped_defaults(t
     rc, report = program(sample(tmp_path, "inbox-mlx5"), "--check-json", config)
     assert report["interfaces"] == ["ens1f0np0"] and report["uppers"] == ["ens1f0np0.100"]
     assert report["selected"][0]["reason"] == "holds 10.10.0.5 (hicache_storage_localports), below ens1f0np0.100"
-    assert [u["what"] for u in report["not_offered"]] == ["ens1f0np0 ecn"]
-    assert "MLNX_OFED/DOCA" in report["not_offered"][0]["reason"]
+    ecn = next(u for u in report["not_offered"] if u["what"] == "ens1f0np0 ecn")
+    assert "MLNX_OFED/DOCA" in ecn["reason"] and ecn["setting"] == "ecn"
     assert not any("ecn" in u["what"] for u in report["unavailable"])
     verdict = hoststate.nic_verdict(report, asked=True)
-    assert not any("ecn" in f for f in verdict["failures"]) and verdict["driver_gaps"] == [
-        f"ens1f0np0 ecn: {report['not_offered'][0]['reason']}"]
+    assert not any("ecn" in f for f in verdict["failures"]) and f"ens1f0np0 ecn: {ecn['reason']}" in verdict["driver_gaps"]
     assert any("ecn" in f for f in hoststate.nic_verdict(report, asked=True, ecn_required=True)["failures"])
 
 
@@ -228,3 +227,35 @@ def test_every_symlink_in_the_samples_points_at_a_file_a_clone_has():
         if target not in files and not any(f.is_relative_to(target) for f in files):
             dangling.append(f"{link.relative_to(ROOT)} -> {os.readlink(link)}")
     assert not dangling, dangling
+
+
+def with_ethtool(tmp_path: pathlib.Path, rx: int = 8192) -> None:
+    """ethtool as a stand-in answering -g as a port whose rings are at the maximum (other modes: a non-zero exit)."""
+    bin_dir = python_only(tmp_path)
+    (bin_dir / "ethtool").write_text(f"#!/bin/sh\n[ \"$1\" = -g ] || exit 1\nprintf '{ETHTOOL_G.format(port='$2', rx=rx)}'\n")
+    (bin_dir / "ethtool").chmod(0o755)
+
+
+def test_inbox_mlx5_with_the_shipped_defaults_is_degraded_with_named_gaps_never_failed(tmp_path):
+    """The distribution's mlx5 has no OFED ECN tree and the distribution ships no mlnx_qos (it is MLNX_OFED/DOCA's
+    mlnx-tools): trust/PFC failed every inbox host with the shipped defaults ("mlnx_qos is not installed") while the
+    test above looked at ECN only."""
+    root, tool = sample(tmp_path, "inbox-mlx5")
+    with_ethtool(tmp_path)
+    config = {**nic.desired(deployment("vast", storage_localports=["10.10.0.5"])), "channels": None}
+    _, report = program((root, tool), "--check-json", config)
+    verdict = hoststate.nic_verdict(report, asked=True)
+    assert verdict["failures"] == [], verdict
+    assert sorted(g.split(":")[0] for g in verdict["driver_gaps"]) == ["ens1f0np0 ecn", "ens1f0np0 qos"]
+    assert any("MLNX_OFED/DOCA's mlnx-tools" in g for g in verdict["driver_gaps"] if g.startswith("ens1f0np0 qos"))
+    # hicache_nic_ecn_required makes ECN's gap a failure, not the QoS one
+    required = hoststate.nic_verdict(report, asked=True, ecn_required=True)
+    assert [f.split(":")[0] for f in required["failures"]] == ["ens1f0np0 ecn"]
+    assert [g.split(":")[0] for g in required["driver_gaps"]] == ["ens1f0np0 qos"]
+
+
+def test_with_ofed_a_missing_mlnx_qos_is_a_broken_install_and_fails(tmp_path):
+    root, tool = sample(tmp_path, "ofed-mlx5")
+    _, report = program((root, tool), "--check-json", routed())
+    assert {"what": "ens1f0np0 qos", "reason": "mlnx_qos is not installed"} in report["unavailable"]
+    assert not any(u["what"].endswith(" qos") for u in report["not_offered"])
