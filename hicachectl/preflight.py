@@ -165,6 +165,11 @@ def vastnfs_present(facts) -> tuple[bool, str]:
     if version:
         return True, f"vastnfs {version} loaded"
     installed = facts.get("vastnfs_installed")
+    if installed and ((facts.get("kernel_modules") or {}).get("sunrpc") or {}).get("loaded"):
+        # Installed without a reboot: the kernel's own sunrpc stays loaded (nfs-common's rpc_pipefs loads it at boot),
+        # and neither the mount nor modprobe swaps it; the driver's options then fail with the kernel's raw error.
+        return False, ("vastnfs is installed, but the kernel's own sunrpc is loaded (no nfs_bundle_version in /sys/module/sunrpc): "
+                       "reboot, or run `vastnfs-ctl reload` (vastnfs docs/src/usage/vastnfs-ctl.md), before the first mount")
     if installed:
         return True, "vastnfs installed (modinfo sunrpc lists nfs_bundle_version), not loaded yet: the mount loads it"
     if installed is None:

@@ -214,3 +214,16 @@ def test_the_supported_ansible_core_range_is_the_same_wherever_it_is_said():
     assert runtime == f">={minors[0]}.0,<{after}", runtime
     assert f"## Supported ansible-core: {minors[0]} to {minors[-1]}" in (ROOT / "docs/collection.md").read_text()
     assert sorted(p.name for p in (ROOT / "tests/sanity").glob("ignore-*.txt")) == sorted(f"ignore-{m}.txt" for m in minors)
+
+
+def test_vastnfs_installed_behind_the_kernels_own_loaded_sunrpc_cannot_mount_and_says_reload():
+    """vastnfs installed without a reboot: modinfo lists nfs_bundle_version, but the sunrpc in memory is the kernel's
+    (vastnfs docs/src/monitoring/version.md: no nfs_bundle_version while /sys/module/sunrpc exists). Neither the mount
+    nor modprobe rpcrdma swaps it; the driver's options then fail with the kernel's raw "Unknown parameter"."""
+    stale = {**INSTALLED_NOT_LOADED, "kernel_modules": {**FULL["kernel_modules"], "sunrpc": {"loaded": True, "available": True}}}
+    ok, why = preflight.can_mount(stale, deployment("vast"))
+    assert ok is False and "vastnfs-ctl reload" in why and "kernel's own sunrpc is loaded" in why
+    judged = {c.item: c for c in preflight.judge(stale, deployment("vast"))}
+    assert judged["vastnfs"].status == preflight.MISSING and "vastnfs-ctl reload" in judged["vastnfs"].detail
+    # before the first mount with nothing loaded yet, the mount loads it (as before)
+    assert preflight.can_mount(INSTALLED_NOT_LOADED, deployment("vast"))[0] is True
