@@ -116,6 +116,8 @@ class StoragePlan:
     read_ahead_not_persistent_reason: str
     nfsrahead_conf: str
     modules_load_conf: str | None  # rpcrdma loaded at boot, so that the persisted sunrpc.rdma_* values apply
+    load_rpcrdma: bool  # this run loads rpcrdma before the mount (it is not loaded yet)
+    after_rpcrdma: list[str]  # sysctls that exist only once rpcrdma is loaded: a dry run cannot read them before
     sysctls: dict[str, Any]  # live and persisted (sysctl.d), set before the mount: RDMA slots, multipath rp_filter
     sysctl_conf: str | None
     unknown_localports: list[str]  # localports addresses no interface of this host holds
@@ -129,14 +131,18 @@ def storage_plan(d, facts: dict[str, Any]) -> StoragePlan:
     can_mount, why = preflight.can_mount(facts, d) if mount else (True, "")
     nfs = storage.is_nfs(d)
     persistent, not_persistent = storage.read_ahead_persistence(facts) if nfs else (True, "")
-    sysctls = {**storage.sunrpc_sysctls(d), **storage.rp_filter_sysctls(d, facts)}
+    rdma_sysctls = storage.sunrpc_sysctls(d)
+    sysctls = {**rdma_sysctls, **storage.rp_filter_sysctls(d, facts)}
     directories, files, absent = storage.host_files(d, sysctls)
+    modules_load = storage.modules_load_conf(d)
+    load_rpcrdma = bool(modules_load and mount and can_mount and not ((facts.get("kernel_modules") or {}).get("rpcrdma") or {}).get("loaded"))
     return StoragePlan(
         d.cache_dir, d.cache_owner, d.cache_group, d.cache_mode,
         None if mount is None else MountPlan(mount.source, mount.point, mount.fstype, ",".join(mount.options), mount.fstab_line,
                                              storage.resolve_source(mount.source, facts.get("block_ids") or {})),
         can_mount, why, bool(d.strict), nfs, d.storage_read_ahead_kb, persistent, not_persistent,
-        storage.nfsrahead_conf(d), storage.modules_load_conf(d), sysctls, storage.sysctl_conf(sysctls),
+        storage.nfsrahead_conf(d), modules_load, load_rpcrdma, sorted(rdma_sysctls) if load_rpcrdma else [], sysctls,
+        storage.sysctl_conf(sysctls),
         storage.multipath_interfaces(d, facts)[1] if d.storage_localports else [], directories, files, absent)
 
 

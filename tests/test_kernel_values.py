@@ -120,3 +120,19 @@ def test_sysctl_names_are_read_as_sysctl_d_reads_them():
     assert kv.path_of("net.ipv4.conf.ens1f0/100.rp_filter") == "/proc/sys/net/ipv4/conf/ens1f0.100/rp_filter"
     assert kv.path_of("net.ipv4.conf.all.rp_filter") == "/proc/sys/net/ipv4/conf/all/rp_filter"
     assert kv.path_of("/sys/class/bdi/0:43/read_ahead_kb", "/root") == "/root/sys/class/bdi/0:43/read_ahead_kb"
+
+
+def test_a_dry_run_shows_a_value_its_role_loads_the_module_for_as_a_change_not_a_failure(proc):
+    """sunrpc.rdma_* appear only once rpcrdma is loaded (net/sunrpc/xprtrdma/transport.c registers them), and the
+    storage role loads it just before, with a command that check mode skips: `hicachectl plan` on a host that never
+    mounted NFS over RDMA failed here ("does not exist") before the role named them in after_load."""
+    values = {"sunrpc.rdma_slot_table_entries": 64, "net.ipv4.conf.all.rp_filter": 0}
+    dry = kv.outcome(kv.decide(values, True, str(proc), after_load=["sunrpc.rdma_slot_table_entries"]), strict=True)
+    assert not dry.get("failed") and dry["changed"] is True
+    assert dry["set"]["sunrpc.rdma_slot_table_entries"] == {"before": "(absent until its module is loaded)", "after": "64"}
+    assert not (proc / "proc/sys/sunrpc/rdma_slot_table_entries").exists()
+    # a real run whose module did not bring the file is judged as any key: failed under strict
+    real = kv.outcome(kv.decide(values, False, str(proc), after_load=["sunrpc.rdma_slot_table_entries"]), strict=True)
+    assert real["failed"] is True and "rdma_slot_table_entries does not exist" in real["msg"]
+    # and a dry run without the role's word still says it cannot be set
+    assert kv.outcome(kv.decide(values, True, str(proc)), strict=True)["failed"] is True

@@ -116,3 +116,17 @@ def test_netapp_mount_carries_nconnect_and_an_ipv6_server_mounts_with_rdma6():
     assert "proto=rdma6" in v6.options and "proto=rdma" not in v6.options and v6.source == "[fd00::10]:/kvcache"
     assert "proto=rdma" in storage.mount(deployment("netapp", storage_server="192.0.2.10")).options
     assert storage.rdma_netid("netapp-lif.example.com") == "rdma"  # a name keeps rdma (see rdma_netid)
+
+
+def test_the_plan_names_the_rdma_slots_a_dry_run_cannot_read_before_rpcrdma_is_loaded():
+    from test_preflight import FULL
+
+    from hicachectl import plans
+    d = deployment("vast")
+    not_loaded = {**FULL, "kernel_modules": {**FULL["kernel_modules"], "rpcrdma": {"loaded": False, "available": True}}}
+    fresh = plans.storage_plan(d, not_loaded)
+    assert fresh.load_rpcrdma and fresh.after_rpcrdma == ["sunrpc.rdma_slot_table_entries"]
+    assert set(fresh.after_rpcrdma) <= set(fresh.sysctls)
+    loaded = plans.storage_plan(d, FULL)
+    assert not loaded.load_rpcrdma and loaded.after_rpcrdma == []
+    assert plans.storage_plan(deployment("local"), not_loaded).after_rpcrdma == []

@@ -29,6 +29,14 @@ options:
       - Values are compared as text with runs of whitespace folded to one space.
     type: dict
     required: true
+  after_load:
+    description:
+      - Keys of O(values) whose file appears only once a kernel module is loaded that the calling role loads just before
+        this task (sunrpc.rdma_* with rpcrdma). Check mode loads nothing, so there an absent one is shown as a value that
+        would be set, not as one that cannot be; outside check mode it is judged as any other key.
+    type: list
+    elements: str
+    default: []
   strict:
     description: The inventory's C(hicache_strict). A value that cannot be set fails the task; false reports it in RV(hicache_gaps).
     type: bool
@@ -97,12 +105,15 @@ def write_value(path, value):
         handle.write(value)
 
 
-def decide(values, check_mode, root=""):
+def decide(values, check_mode, root="", after_load=()):
     """Read every value, write what differs (unless check_mode). Returns set / unavailable / matching."""
     changed, unavailable, matching = {}, {}, []
     for key, wanted in values.items():
         path, wanted = path_of(key, root), str(wanted).strip()
         shown = path[len(root):]
+        if check_mode and key in after_load and not os.path.exists(path):
+            changed[key] = {"before": "(absent until its module is loaded)", "after": wanted}
+            continue
         if not os.path.exists(path):
             unavailable[key] = f"{shown} does not exist on this host" + ("" if key.startswith("/") else " (no such sysctl, or its module is not loaded)")
             continue
@@ -148,9 +159,11 @@ def outcome(decided, strict, diff=False):
 
 
 def main():
-    module = AnsibleModule(argument_spec={"values": {"type": "dict", "required": True}, "strict": {"type": "bool", "default": True}},
+    module = AnsibleModule(argument_spec={"values": {"type": "dict", "required": True}, "strict": {"type": "bool", "default": True},
+                                          "after_load": {"type": "list", "elements": "str", "default": []}},
                            supports_check_mode=True)
-    result = outcome(decide(module.params["values"], module.check_mode), module.params["strict"], module._diff)
+    result = outcome(decide(module.params["values"], module.check_mode, after_load=module.params["after_load"]), module.params["strict"],
+                     module._diff)
     for warning in result.pop("warnings", []):
         module.warn(warning)
     if result.get("failed"):
