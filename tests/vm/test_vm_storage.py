@@ -105,6 +105,23 @@ def assert_tuned(vm, vers, transports=None):
     assert vm.read("/proc/sys/sunrpc/tcp_max_slot_table_entries").strip() == "65536"
 
 
+def test_a_dry_run_on_the_fresh_host_passes_and_changes_nothing(bed):
+    """What `hicachectl plan` runs (check mode) on a host that never mounted NFS over RDMA: rpcrdma is not loaded, so
+    sunrpc.rdma_slot_table_entries does not exist yet, and the role's modprobe is a command check mode skips. It failed
+    here ("does not exist") until the plan named the values that wait for rpcrdma."""
+    vm = bed.client
+    # rdma-core loads it at boot once an RDMA device is there (kernel-boot/modules/rdma.conf lists xprtrdma, its alias):
+    # a host without rdma-core's boot rules, or whose device came later, has none; nothing is mounted yet to hold it.
+    vm.ssh("modprobe -r rpcrdma", check=True)
+    assert "rpcrdma" not in vm.ssh("cut -d' ' -f1 /proc/modules").stdout.split()
+    fstab = vm.read("/etc/fstab")
+    dry = bed.play(bed.inventory("vast", vast()), STORAGE_ROLE, check=True, verbose=True)
+    assert dry.returncode == 0 and recap(dry)["failed"] == 0, dry.stdout[-6000:]
+    assert "sunrpc.rdma_slot_table_entries" in dry.stdout
+    assert vm.read("/etc/fstab") == fstab and mount_entry(vm) is None
+    assert "rpcrdma" not in vm.ssh("cut -d' ' -f1 /proc/modules").stdout.split()
+
+
 def test_first_converge_of_a_vast_shaped_host_has_read_ahead_in_effect(bed):
     """Failed before this change: the role mounted before writing nfsrahead's config, wrote the live read-ahead from
     the facts read before the mount (none), and then found 128 where it wanted 8192."""
@@ -133,81 +150,12 @@ def test_a_second_converge_changes_nothing_and_verify_passes(bed):
     assert check.returncode == 0 and recap(check)["changed"] == 0, check.stdout[-4000:]
 
 
-def test_after_a_reboot_the_mount_and_every_tuned_value_come_back(bed):
-    vm = bed.client
-    vm.reboot()
-    # 300 s: the mount may start late and take its whole mount timeout on a loaded machine; a pass ends at the mount.
-    vm.ssh(f"for i in $(seq 300); do mountpoint -q {POINT} && exit 0; sleep 1; done; journalctl -b -u testbed-rxe -u mnt-l3.mount; exit 1", check=True, timeout=400)
-    assert_tuned(vm, "3", transports=4)
-    run = bed.play(bed.inventory("vast", vast()), STORAGE_VERIFY)
-    assert run.returncode == 0, run.stdout[-4000:]
-
-
 def test_verify_fails_when_a_tuned_value_drifts(bed):
     vm = bed.client
     vm.ssh("echo 128 > /proc/sys/sunrpc/rdma_slot_table_entries", check=True)
     run = bed.play(bed.inventory("vast", vast()), STORAGE_VERIFY)
     assert run.returncode != 0 and "sunrpc.rdma_slot_table_entries" in run.stdout, run.stdout[-4000:]
     vm.ssh(f"echo {SLOTS} > /proc/sys/sunrpc/rdma_slot_table_entries", check=True)
-
-
-def assert_memlock_unlimited(vm):
-    """memlock where it matters (host_limits): a new login session (pam_limits reads limits.d) and the running
-    server's own process, as the kernel reports them."""
-    assert vm.ssh("ulimit -l; ulimit -Hl", login=True).stdout.split() == ["unlimited", "unlimited"]
-    pid = vm.ssh(f"systemctl show -p MainPID --value {UNIT}").stdout.strip()
-    assert pid not in ("", "0"), pid
-    limits = next(x for x in vm.read(f"/proc/{pid}/limits").splitlines() if x.startswith("Max locked memory"))
-    assert limits.split()[3:5] == ["unlimited", "unlimited"], limits
-
-
-def serves(vm) -> bool:
-    return vm.ssh(HEALTHY).returncode == 0
-
-
-def test_with_the_storage_down_at_boot_the_host_boots_and_verify_names_the_missing_mount(bed):
-    """The behaviour chosen (templates/sglang-hicache.service.j2): the mount is nofail, so the host boots; the server's
-    unit refuses to start without its tier (ExecStartPre) and retries every RestartSec with no start limit, mounting
-    the tier itself once the storage answers, so the server comes back when the storage does, with no converge."""
-    vm, storage = bed.client, bed.storage
-    vm.write(STANDIN, (ROOT / "tests/standin/sglang_standin.py").read_text(), mode="0755")
-    served = bed.play(bed.inventory("server", {**vast(), **SERVER}), SERVER_ROLES)
-    assert served.returncode == 0, served.stdout[-6000:] + served.stderr[-2000:]
-    assert serves(vm)
-    assert_memlock_unlimited(vm)
-    storage.power_off()
-    started = time.monotonic()
-    vm.reboot(timeout=600)
-    booted = time.monotonic() - started
-    assert mount_entry(vm) is None
-    # The boot went on without the mount (nofail): the system reached its default target, not stuck on the mount.
-    booted_state = vm.ssh("systemctl is-system-running --wait").stdout.strip()
-    assert booted_state in ("running", "degraded"), booted_state
-    assert vm.ssh("systemctl is-active mnt-l3.mount").stdout.strip() != "active"
-    run = bed.play(bed.inventory("vast", vast()), STORAGE_VERIFY)
-    assert run.returncode != 0 and f"nothing is mounted at {POINT}" in run.stdout, run.stdout[-4000:]
-    print(f"client booted with its storage down in {booted:.0f} s")
-    # No server without its tier: the unit is retrying its start, nothing listens.
-    assert vm.ssh(f"systemctl is-enabled {UNIT}").stdout.strip() == "enabled"
-    assert vm.ssh(f"systemctl show -p ActiveState --value {UNIT}").stdout.strip() != "active"
-    assert not serves(vm)
-    # its ExecStartPre (the tier must be a mount point) failed; Restart= tries again
-    journal = vm.ssh(f"journalctl -b -u {UNIT} --no-pager -o cat").stdout
-    assert "Control process exited" in journal, journal[-3000:]
-    # The storage comes back: the server's own retry mounts the tier and it serves, with no converge.
-    storage.start().wait_ssh()
-    storage.ssh("for i in $(seq 60); do systemctl is-active -q nfs-server && exit 0; sleep 1; done; exit 1", check=True)
-    back = vm.ssh(f"for i in $(seq 300); do {HEALTHY} && exit 0; sleep 1; done; systemctl status --no-pager {UNIT}; exit 1", timeout=400)
-    assert back.returncode == 0, back.stdout[-3000:]
-    assert mount_entry(vm) is not None
-    assert_memlock_unlimited(vm)  # after a reboot, from their persistence
-    # The mount the server's unit made has every tuned value in effect (nfsrahead's udev rule, the slot table); a
-    # converge then leaves the server serving.
-    assert_tuned(vm, "3", transports=4)
-    converge(bed, vast(), "vast")
-    assert serves(vm)
-    # The later tests change the tier under it: the server leaves the bed.
-    vm.ssh(f"systemctl disable --now {UNIT}", check=True)
 
 
 NIC_ONLY_MTU = {"hicache_nic_mtu": 9000, "hicache_nic_rings": None, "hicache_nic_channels": None, "hicache_nic_qos_trust": None,
@@ -232,6 +180,29 @@ def test_nic_tuning_selects_no_virtio_port_unless_named_and_sets_a_named_ports_m
     assert vm.ssh("systemctl is-enabled hicache-nic-tuning.service").stdout.strip() == "enabled"
 
 
+def test_after_a_reboot_the_mount_and_every_tuned_value_come_back(bed):
+    """The one plain reboot of the bed (each TCG boot costs minutes on a loaded machine): the VAST mount and every
+    tuned value come back from their persistence; the NetApp shape's mount comes back through a boot too, in the
+    storage outage test below."""
+    vm = bed.client
+    vm.reboot()
+    # 300 s: the mount may start late and take its whole mount timeout on a loaded machine; a pass ends at the mount.
+    vm.ssh(f"for i in $(seq 300); do mountpoint -q {POINT} && exit 0; sleep 1; done; journalctl -b -u testbed-rxe -u mnt-l3.mount; exit 1", check=True, timeout=400)
+    assert_tuned(vm, "3", transports=4)
+    run = bed.play(bed.inventory("vast", vast()), STORAGE_VERIFY)
+    assert run.returncode == 0, run.stdout[-4000:]
+
+
+def test_after_the_reboot_the_named_ports_mtu_is_back_from_the_boot_unit(bed):
+    """The NIC test ran before that reboot: the boot unit set the MTU again, before the network."""
+    vm = bed.client
+    assert vm.read(f"/sys/class/net/{bed.client_ports[1]}/mtu").strip() == "9000"
+    result = vm.ssh("systemctl show -p ActiveState,Result --value hicache-nic-tuning.service").stdout.split()
+    assert result[:2] == ["active", "success"] or "success" in result, result
+    order = vm.ssh("systemctl show -p Before,After --value hicache-nic-tuning.service").stdout
+    assert "network-pre.target" in order, order
+
+
 def test_a_netapp_shaped_host_mounts_nfs_4_1_over_rdma_with_everything_in_effect_on_the_first_run(bed):
     vm = bed.client
     vm.ssh(f"umount {POINT}", check=True)
@@ -247,12 +218,68 @@ def test_a_netapp_shaped_host_mounts_nfs_4_1_over_rdma_with_everything_in_effect
     assert checked.returncode == 0, checked.stdout[-4000:]
     shown = " ".join(checked.stdout.split())  # the yaml callback may fold a long note
     assert f"not checked on {POINT}: pNFS: the server granted no layout (pnfs=not configured)" in shown, checked.stdout[-4000:]
-    vm.reboot()
-    # 300 s: the mount may start late and take its whole mount timeout on a loaded machine; a pass ends at the mount.
-    vm.ssh(f"for i in $(seq 300); do mountpoint -q {POINT} && exit 0; sleep 1; done; journalctl -b -u testbed-rxe -u mnt-l3.mount; exit 1", check=True, timeout=400)
-    assert_tuned(vm, "4.1")
     fstab = vm.read("/etc/fstab")
     assert fstab.startswith(bed.fstab_before) and fstab.count("# BEGIN hicache-deploy L3 tier") == 1
+
+
+def assert_memlock_unlimited(vm):
+    """memlock where it matters (host_limits): a new login session (pam_limits reads limits.d) and the running
+    server's own process, as the kernel reports them."""
+    assert vm.ssh("ulimit -l; ulimit -Hl", login=True).stdout.split() == ["unlimited", "unlimited"]
+    pid = vm.ssh(f"systemctl show -p MainPID --value {UNIT}").stdout.strip()
+    assert pid not in ("", "0"), pid
+    limits = next(x for x in vm.read(f"/proc/{pid}/limits").splitlines() if x.startswith("Max locked memory"))
+    assert limits.split()[3:5] == ["unlimited", "unlimited"], limits
+
+
+def serves(vm) -> bool:
+    return vm.ssh(HEALTHY).returncode == 0
+
+
+def test_with_the_storage_down_at_boot_the_host_boots_and_verify_names_the_missing_mount(bed):
+    """On the NetApp shape the NetApp test left mounted (NFS 4.1), so that shape's fstab line meets a boot too.
+    The behaviour chosen (templates/sglang-hicache.service.j2): the mount is nofail, so the host boots; the server's
+    unit refuses to start without its tier (ExecStartPre) and retries every RestartSec with no start limit, mounting
+    the tier itself once the storage answers, so the server comes back when the storage does, with no converge."""
+    vm, storage = bed.client, bed.storage
+    vm.write(STANDIN, (ROOT / "tests/standin/sglang_standin.py").read_text(), mode="0755")
+    served = bed.play(bed.inventory("server", {**netapp(), **SERVER}), SERVER_ROLES)
+    assert served.returncode == 0, served.stdout[-6000:] + served.stderr[-2000:]
+    assert serves(vm)
+    assert_memlock_unlimited(vm)
+    storage.power_off()
+    started = time.monotonic()
+    vm.reboot(timeout=600)
+    booted = time.monotonic() - started
+    assert mount_entry(vm) is None
+    # The boot went on without the mount (nofail): the system reached its default target, not stuck on the mount.
+    booted_state = vm.ssh("systemctl is-system-running --wait").stdout.strip()
+    assert booted_state in ("running", "degraded"), booted_state
+    assert vm.ssh("systemctl is-active mnt-l3.mount").stdout.strip() != "active"
+    run = bed.play(bed.inventory("netapp", netapp()), STORAGE_VERIFY)
+    assert run.returncode != 0 and f"nothing is mounted at {POINT}" in run.stdout, run.stdout[-4000:]
+    print(f"client booted with its storage down in {booted:.0f} s")
+    # No server without its tier: the unit is retrying its start, nothing listens.
+    assert vm.ssh(f"systemctl is-enabled {UNIT}").stdout.strip() == "enabled"
+    assert vm.ssh(f"systemctl show -p ActiveState --value {UNIT}").stdout.strip() != "active"
+    assert not serves(vm)
+    # its ExecStartPre (the tier must be a mount point) failed; Restart= tries again
+    journal = vm.ssh(f"journalctl -b -u {UNIT} --no-pager -o cat").stdout
+    assert "Control process exited" in journal, journal[-3000:]
+    # The storage comes back: the server's own retry mounts the tier and it serves, with no converge.
+    storage.start().wait_ssh()
+    storage.ssh("for i in $(seq 60); do systemctl is-active -q nfs-server && exit 0; sleep 1; done; exit 1", check=True)
+    back = vm.ssh(f"for i in $(seq 300); do {HEALTHY} && exit 0; sleep 1; done; systemctl status --no-pager {UNIT}; exit 1", timeout=400)
+    assert back.returncode == 0, back.stdout[-3000:]
+    assert mount_entry(vm) is not None
+    assert_memlock_unlimited(vm)  # after a reboot, from their persistence
+    # The mount the server's unit made has every tuned value in effect (nfsrahead's udev rule, the slot table); a
+    # converge then leaves the server serving.
+    assert_tuned(vm, "4.1")
+    converge(bed, netapp(), "netapp")
+    assert serves(vm)
+    # The later tests change the tier under it: the server leaves the bed.
+    vm.ssh(f"systemctl disable --now {UNIT}", check=True)
 
 
 MULTIPATH_POINT = "/mnt/l3-multipath"
@@ -294,16 +321,6 @@ def test_multipath_ports_get_reverse_path_filtering_off_per_interface_before_the
     assert planned.returncode == 0 and recap(planned)["changed"] == 0, planned.stdout[-5000:]
     again = bed.play(bed.inventory("multipath", variables), STORAGE_ROLE, verbose=True)
     assert again.returncode == 0 and recap(again)["changed"] == 0, changed_tasks(again)
-
-
-def test_after_the_last_reboot_the_named_ports_mtu_is_back_from_the_boot_unit(bed):
-    """The NetApp test rebooted the client after the NIC test: the boot unit set the MTU again, before the network."""
-    vm = bed.client
-    assert vm.read(f"/sys/class/net/{bed.client_ports[1]}/mtu").strip() == "9000"
-    result = vm.ssh("systemctl show -p ActiveState,Result --value hicache-nic-tuning.service").stdout.split()
-    assert result[:2] == ["active", "success"] or "success" in result, result
-    order = vm.ssh("systemctl show -p Before,After --value hicache-nic-tuning.service").stdout
-    assert "network-pre.target" in order, order
 
 
 def test_the_bed_leaves_pytests_stdin_blocking(bed):
