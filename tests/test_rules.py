@@ -281,3 +281,14 @@ def test_netapp_nconnect_is_allowed_without_trunking_and_capped_at_16():
     assert ("error", "pnfs-nconnect-trunking", "hicache_storage_nconnect") in findings("netapp", storage_nconnect=8, storage_options=["max_connect=4"])
     assert ("error", "range", "hicache_storage_nconnect") in findings("netapp", storage_nconnect=17)
     assert not {f for f in findings("netapp", storage_options=["max_connect=4"]) if f[2] == "hicache_storage_nconnect"}
+
+
+def test_the_roce_dscp_must_land_on_the_pfc_and_ecn_priorities():
+    """NFS over RDMA runs on priority roce_dscp >> 3 with trust dscp (the default dscp2prio map): a DSCP of another
+    priority, or PFC/ECN lists without it, leave the storage traffic neither paused nor marked."""
+    assert not {f for f in findings("vast") if f[1] == "roce-priority"}  # 26 -> 3, PFC and ECN on 3
+    assert {("warning", "roce-priority", "hicache_nic_pfc_priorities"), ("warning", "roce-priority", "hicache_nic_ecn_priorities")} <= \
+        findings("vast", nic_roce_dscp=46)
+    assert ("warning", "roce-priority", "hicache_nic_pfc_priorities") in findings("netapp", nic_pfc_priorities=[4])
+    assert not {f for f in findings("vast", nic_roce_dscp=46, nic_qos_trust="pcp") if f[1] == "roce-priority"}
+    assert not {f for f in findings("vast", nic_pfc_priorities=[], nic_ecn_priorities=[]) if f[1] == "roce-priority"}

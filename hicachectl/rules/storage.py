@@ -101,3 +101,21 @@ def _vast(d, out):
             out.warn("hicache_storage_nconnect", "nconnect-link", f"{nconnect} is below VAST's RDMA guidance of 2 per 100 Gb/s ({low} for {d.storage_link_gbps} Gb/s).", f"use at least {low}.")
         elif nconnect > high:
             out.warn("hicache_storage_nconnect", "nconnect-link", f"{nconnect} is above even VAST's TCP guidance of 8 per 100 Gb/s ({high} for {d.storage_link_gbps} Gb/s).", f"use at most {high}.")
+
+
+@rule
+def _roce_priority(d, out):
+    """NFS over RDMA carries RDMA-CM's default ToS, which nic_tuning sets to hicache_nic_roce_dscp << 2 (xprtrdma sets
+    none). With trust dscp the port's default dscp2prio map sends DSCP d to priority d >> 3 (mlx5: the firmware's
+    default map; mlnx_qos prints it), so that priority must be the lossless one: with PFC and ECN elsewhere, the
+    storage traffic runs on a priority that is neither paused nor marked."""
+    if d.storage_type not in ("vast", "netapp") or d.nic_qos_trust != "dscp" or d.nic_roce_dscp is None:
+        return
+    priority = d.nic_roce_dscp >> 3
+    for variable, priorities, what in (("hicache_nic_pfc_priorities", d.nic_pfc_priorities, "PFC"),
+                                       ("hicache_nic_ecn_priorities", d.nic_ecn_priorities, "ECN")):
+        if priorities and priority not in priorities:
+            out.warn(variable, "roce-priority", f"{list(priorities)} leaves out priority {priority}, where NFS over RDMA runs "
+                     f"(hicache_nic_roce_dscp {d.nic_roce_dscp} >> 3 with trust dscp): its traffic gets no {what}.",
+                     f"add {priority} to {variable}, or set hicache_nic_roce_dscp to a DSCP of a priority listed there "
+                     "(unless the switch team's dscp2prio map differs from the default).")
