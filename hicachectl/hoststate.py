@@ -88,8 +88,7 @@ def compare_mount(entry: MountEntry | None, expected_options: tuple[str, ...], e
     unechoed = {o for o, _ in _nfs_unechoed(expected_options)} if fstype == "nfs" else set()
     for option in expected_options:
         key, _, value = option.partition("=")
-        # The VAST driver's own options are judged by vastnfs_option_checks: what it shows depends on its version.
-        if key.startswith(("_", "x-systemd")) or key in ("nofail", "defaults") or key in VASTNFS_SHOWN_OPTIONS or option in unechoed:
+        if _judged_elsewhere(key) or option in unechoed:
             continue
         if fstype == "nfs":
             key, value = _NFS_ALIASES.get(key, key), _NFS_VALUE_ALIASES.get(option, value)
@@ -103,6 +102,12 @@ def compare_mount(entry: MountEntry | None, expected_options: tuple[str, ...], e
         elif (problem := _option_problem(live, key, value, option)):
             problems.append(problem)
     return problems
+
+
+def _judged_elsewhere(key: str) -> bool:
+    """fstab-only options never show in mountinfo; the VAST driver's own are judged by vastnfs_option_checks (what it
+    shows depends on its version)."""
+    return key.startswith(("_", "x-systemd")) or key in ("nofail", "defaults") or key in VASTNFS_SHOWN_OPTIONS
 
 
 def _option_problem(live: dict[str, str | None], key: str, value: str, option: str | None = None) -> str | None:
@@ -134,11 +139,11 @@ _NFS_VALUE_ALIASES = {"lookupcache=positive": "pos"}  # nfs_show_mount_options p
 def _nfs_unechoed(expected_options: tuple[str, ...]) -> list[tuple[str, str]]:
     """(option, why) for each wanted NFS option mountinfo cannot show, so it cannot be compared there."""
     out = []
-    vers = next((o.partition("=")[2] for o in expected_options if _NFS_ALIASES.get(o.partition("=")[0], o.partition("=")[0]) == "vers"), "")
-    for option in expected_options:
-        key, _, value = option.partition("=")
-        key = _NFS_ALIASES.get(key, key)
-        if key.startswith(("_", "x-systemd")) or key in ("nofail", "defaults") or key in VASTNFS_SHOWN_OPTIONS:
+    split = [(option, _NFS_ALIASES.get(option.partition("=")[0], option.partition("=")[0]), option.partition("=")[2])
+             for option in expected_options]
+    vers = next((value for _, key, value in split if key == "vers"), "")
+    for option, key, value in split:
+        if _judged_elsewhere(key):
             continue
         if key not in NFS_ECHOED_OPTIONS:
             out.append((option, "the NFS client does not print it back in mountinfo"))
@@ -417,8 +422,9 @@ def nic_verdict(report: dict, asked: bool, ecn_required: bool = False) -> dict[s
     reasons = [f"{u['what']}: {u['reason']}" for u in report.get("unavailable", [])]
     failures = [f"{f['what']}: {f['reason']}" for f in report.get("failed", [])]
     changes = [c["what"] + (f" ({c['note']})" if c.get("note") else "") for c in report.get("changes", [])]
-    driver = [f"{u['what']}: {u['reason']}" for u in report.get("not_offered", []) if not (ecn_required and u.get("setting") == "ecn")]
-    failures += [f"{u['what']}: {u['reason']}" for u in report.get("not_offered", []) if ecn_required and u.get("setting") == "ecn"]
+    driver = []
+    for gap in report.get("not_offered", []):
+        (failures if ecn_required and gap.get("setting") == "ecn" else driver).append(f"{gap['what']}: {gap['reason']}")
     ports = ([f"{s['port']}: tuned, {s['reason']}" for s in report.get("selected", [])]
              + [f"{s['port']}: not tuned, {s['reason']}" for s in report.get("skipped", [])])
     # driver_gaps and ports only where there are some: a verdict without them reads as before (checks.yml defaults them)
