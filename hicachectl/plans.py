@@ -135,7 +135,7 @@ def storage_plan(d, facts: dict[str, Any]) -> StoragePlan:
     sysctls = {**rdma_sysctls, **storage.rp_filter_sysctls(d, facts)}
     directories, files, absent = storage.host_files(d, sysctls)
     modules_load = storage.modules_load_conf(d)
-    load_rpcrdma = bool(modules_load and mount and can_mount and not ((facts.get("kernel_modules") or {}).get("rpcrdma") or {}).get("loaded"))
+    load_rpcrdma = bool(modules_load and mount and can_mount and not preflight.kernel_module(facts, "rpcrdma")["loaded"])
     return StoragePlan(
         d.cache_dir, d.cache_owner, d.cache_group, d.cache_mode,
         None if mount is None else MountPlan(mount.source, mount.point, mount.fstype, ",".join(mount.options), mount.fstab_line,

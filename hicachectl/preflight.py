@@ -38,20 +38,21 @@ def connectx_interfaces(facts: dict[str, Any]) -> list[dict[str, Any]]:
     return [i for i in facts.get("interfaces", []) if i.get("driver") == "mlx5_core" or i.get("pci_vendor") == MELLANOX_VENDOR]
 
 
-def _module(facts, name) -> dict[str, bool]:
+def kernel_module(facts, name) -> dict[str, bool]:
+    """A kernel module as hicache_host_facts reports it: loaded, and available to modprobe."""
     return facts.get("kernel_modules", {}).get(name, {"loaded": False, "available": False})
 
 
 def nfs_client(facts) -> tuple[bool, str]:
     if not facts.get("tools", {}).get("mount.nfs"):
         return False, "mount.nfs is not installed (package nfs-common / nfs-utils)"
-    if "nfs" in facts.get("filesystems", []) or "nfs4" in facts.get("filesystems", []) or _module(facts, "nfs")["available"]:
+    if "nfs" in facts.get("filesystems", []) or "nfs4" in facts.get("filesystems", []) or kernel_module(facts, "nfs")["available"]:
         return True, "mount.nfs and the kernel's NFS client"
     return False, f"kernel {facts.get('kernel')} has no NFS client (no nfs in /proc/filesystems, no nfs module)"
 
 
 def rdma_transport(facts) -> tuple[bool, str]:
-    module = _module(facts, "rpcrdma")
+    module = kernel_module(facts, "rpcrdma")
     if module["available"]:
         return True, "rpcrdma " + ("loaded" if module["loaded"] else "available")
     return False, "no rpcrdma module for this kernel (NFS over RDMA needs it; MOFED or the distribution's kernel provides it)"
@@ -165,7 +166,7 @@ def vastnfs_present(facts) -> tuple[bool, str]:
     if version:
         return True, f"vastnfs {version} loaded"
     installed = facts.get("vastnfs_installed")
-    if installed and ((facts.get("kernel_modules") or {}).get("sunrpc") or {}).get("loaded"):
+    if installed and kernel_module(facts, "sunrpc")["loaded"]:
         # Installed without a reboot: the kernel's own sunrpc stays loaded (nfs-common's rpc_pipefs loads it at boot),
         # and neither the mount nor modprobe swaps it; the driver's options then fail with the kernel's raw error.
         return False, ("vastnfs is installed, but the kernel's own sunrpc is loaded (no nfs_bundle_version in /sys/module/sunrpc): "
