@@ -87,10 +87,11 @@ def load(inventory: str, limit: str | None):
     return loaded
 
 
-def check(inventory: str, limit: str | None, overrides: dict | None = None):
-    """Load and check every host; nothing is contacted. Returns (inventory, deployments, findings)."""
+def check(inventory: str, limit: str | None, overrides: dict | None = None, *, offline: bool = False):
+    """Load and check every host; nothing is contacted. Returns (inventory, deployments, findings). `offline`: for a
+    command that only shows files (render, monitoring, size), where a profile's placeholders are warnings, not errors."""
     from hicachectl import rules, schema
-    from hicachectl.rules.variables import plain_text_secrets
+    from hicachectl.rules.variables import plain_text_secrets, refuse_placeholders
 
     inv = load(inventory, limit)
     deployments, findings = {}, []
@@ -109,6 +110,8 @@ def check(inventory: str, limit: str | None, overrides: dict | None = None):
         if host in getattr(inv, "routers", {}):
             written = {path: where for path, where in written.items() if path.split(".")[0] in router_reads}
         findings.extend(plain_text_secrets(host, written, every.get(host, {})))
+    if not offline:
+        findings = refuse_placeholders(findings)
     return inv, deployments, _masked_findings(findings, every.values())
 
 
@@ -124,10 +127,10 @@ def refuse_invalid(inv, findings: list, refusal: str | None = None, *, judged: l
         raise typer.Exit(EXIT_INVALID)
 
 
-def guard(inventory: str, limit: str | None, refusal: str | None = None, overrides: dict | None = None):
+def guard(inventory: str, limit: str | None, refusal: str | None = None, overrides: dict | None = None, *, offline: bool = False):
     """The guard in front of every command that uses an inventory's hosts: check it, refuse it when invalid.
     Returns (inventory, deployments), every deployment valid."""
-    inv, deployments, findings = check(inventory, limit, overrides)
+    inv, deployments, findings = check(inventory, limit, overrides, offline=offline)
     refuse_invalid(inv, findings, refusal)
     return inv, deployments
 

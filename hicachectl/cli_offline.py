@@ -63,7 +63,7 @@ def render(inventory: str = common.InventoryOpt, host: str | None = typer.Option
     from hicachectl import launch, secrets
     from hicachectl import render as rendering
 
-    inv, deployments = common.guard(inventory, host, common.NOTHING_RENDERED)
+    inv, deployments = common.guard(inventory, host, common.NOTHING_RENDERED, offline=True)
     routers = _router_deployments(inventory, inv)
     hidden = secrets.all_values([*deployments.values(), *(d for d, _ in routers.values())])  # shown as ******** (files holding secrets show their masked text)
     per_host = {name: rendering.server_host_files(d) for name, d in deployments.items()}
@@ -291,7 +291,7 @@ def size(config: pathlib.Path = typer.Option(..., "--config", help="The model's 
     try:
         if inventory:
             # Not refused when invalid: any one valid host gives the shape (validate names what is wrong with the others).
-            _, deployments, _ = common.check(inventory, host)
+            _, deployments, _ = common.check(inventory, host, offline=True)
             d = next((d for d in deployments.values() if d is not None), None)
             if d is None:
                 common.say("error: the inventory has no valid host to read; run `hicachectl validate`.")
@@ -313,7 +313,7 @@ def monitoring(inventory: str = common.InventoryOpt,
     from hicachectl import monitoring as monitor
     from hicachectl import router
 
-    inv, deployments = common.guard(inventory, None, common.NOTHING_RENDERED)
+    inv, deployments = common.guard(inventory, None, common.NOTHING_RENDERED, offline=True)
     connections = getattr(inv, "connections", None) or {}
     routers, router_notes = {}, []
     for name, variables in (getattr(inv, "routers", None) or {}).items():

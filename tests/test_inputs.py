@@ -36,10 +36,19 @@ def test_documentation_addresses_and_names_are_recognised():
     assert variables.placeholders("10.0.0.1-10.0.0.16") == []
 
 
-def test_the_vast_profile_says_which_values_are_placeholders():
-    report = cli_json("validate", "-i", "vast", check_rc=0)
-    named = {(f["variable"], f["host"]) for f in report["findings"] if f["rule"] == "placeholder"}
-    assert {v for v, _ in named} == {"hicache_storage_server", "hicache_storage_remoteports"}
+def test_the_vast_profile_says_which_values_are_placeholders_and_validate_refuses_them():
+    report = cli_json("validate", "-i", "vast", check_rc=1)
+    named = {(f["variable"], f["level"]) for f in report["findings"] if f["rule"] == "placeholder"}
+    assert named == {("hicache_storage_server", "error"), ("hicache_storage_remoteports", "error")}
+    assert not report["ok"]
+
+
+def test_commands_that_reach_hosts_refuse_placeholders_before_any_contact_and_render_shows_the_profile():
+    plan = cli("plan", "-i", "vast")
+    assert plan.returncode == 1 and "[placeholder]" in plan.stderr and "hicache_storage_server" in plan.stderr, plan.stdout + plan.stderr
+    assert "no host was contacted" in plan.stderr, plan.stdout + plan.stderr
+    render = cli("render", "-i", "vast", "--host", "b200-02", check_rc=0)  # a profile is read as it is, offline
+    assert "vast-vip.example.com" in render.stdout
 
 
 def test_a_real_storage_address_has_no_placeholder_warning():
@@ -97,6 +106,10 @@ def test_init_names_routers_and_addresses_and_what_to_fill_in(tmp_path):
     assert hosts["hicache_servers"]["hosts"] == {"gpu-1": {"ansible_host": "10.1.0.1"}, "gpu-2": None}
     assert hosts["hicache_routers"]["hosts"] == {"rt-1": {"ansible_host": "10.1.0.9"}}
     assert (out / "hosts.yml").read_text().startswith("---\n# Made by `hicachectl init --profile vast`.")
+    refused = cli_json("validate", "-i", str(out), check_rc=1)  # what init said to fill in is what validate refuses
+    assert sorted({f["variable"] for f in refused["findings"] if f["level"] == "error"}) == sorted(line.split()[2] for line in fill)
+    group_vars = out / "group_vars/all.yml"
+    group_vars.write_text(group_vars.read_text().replace("vast-vip.example.com", "vast-vip.corp.net").replace("192.0.2.", "10.20.0."))
     report = cli_json("validate", "-i", str(out))
     assert report["ok"] and report["hosts"] == ["gpu-1", "gpu-2"]
     # a new inventory reproduces no document: its servers get their own L3 namespace, and no warning about it

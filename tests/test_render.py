@@ -84,6 +84,11 @@ def test_render_refuses_an_invalid_inventory(tmp_path):
 def test_init_scaffolds_a_valid_inventory(tmp_path):
     out = tmp_path / "prod"
     cli("init", "--profile", "vast", "--hosts", "gpu-1,gpu-2,gpu-3", "--out", str(out), check_rc=0)
+    # the profile's storage addresses are documentation placeholders: refused until filled in
+    refused = cli_json("validate", "--inventory", str(out), check_rc=1)
+    assert not refused["ok"] and {f["variable"] for f in refused["findings"] if f["level"] == "error"} == {"hicache_storage_server", "hicache_storage_remoteports"}
+    group_vars = out / "group_vars/all.yml"
+    group_vars.write_text(group_vars.read_text().replace("vast-vip.example.com", "vast-vip.corp.net").replace("192.0.2.", "10.20.0."))
     report = cli_json("validate", "--inventory", str(out))
     assert report["ok"] and report["hosts"] == ["gpu-1", "gpu-2", "gpu-3"]
     again = cli("init", "--profile", "vast", "--hosts", "gpu-1", "--out", str(out))

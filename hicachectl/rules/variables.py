@@ -12,7 +12,7 @@ from typing import Any
 
 from hicachectl import schema
 from hicachectl.model import PREFIX
-from hicachectl.rules.findings import Finding, _Collector, has_errors
+from hicachectl.rules.findings import ERROR, Finding, _Collector, has_errors
 
 _TYPE_WORDS = {"str": "a string", "int": "an integer", "float": "a number", "bool": "a boolean",
                "list": "a list", "dict": "a mapping"}
@@ -71,6 +71,18 @@ def documentation_address(address: Any) -> bool:
         return any(ipaddress.ip_address(text) in net for net in DOCUMENTATION_NETWORKS)
     except ValueError:
         return bool(_DOC_NAME.fullmatch(text))
+
+
+PLACEHOLDER = "placeholder"
+
+
+def refuse_placeholders(findings: list[Finding]) -> list[Finding]:
+    """A documentation address or name in a value is a warning for what only shows files (render, monitoring, size,
+    init: a shipped profile is read as it is) and an error for validate and every command that reaches hosts: a
+    deploy there mounts, pulls or connects to an address no machine answers."""
+    import dataclasses
+
+    return [dataclasses.replace(f, level=ERROR) if f.rule == PLACEHOLDER else f for f in findings]
 
 
 def placeholders(text: str) -> list[str]:
@@ -194,8 +206,8 @@ def check_variables(host: str, raw: Mapping[str, Any], scope: set[str] | None = 
                               "retype the value with plain ASCII spaces, dashes and quotes.")
             _control_characters(out, path, text)
             found = [] if getattr(var, "secret", False) else placeholders(text)
-            if found:
-                out.warn(path, "placeholder",
+            if found:  # a warning here (render shows a profile as it is); refused where hosts are reached (refuse_placeholders)
+                out.warn(path, PLACEHOLDER,
                          f"holds {', '.join(found)}: reserved for documentation (RFC 5737/3849/2606), a placeholder of the shipped profile "
                          "where your own value belongs; no real host answers it, so the deploy would fail there.",
                          f"write your own value for {path}.")

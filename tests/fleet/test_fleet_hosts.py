@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 HOST_FILES = "/etc/fstab /etc/nfs.conf.d /etc/modules-load.d /etc/sysctl.d/90-hicache-storage.conf /etc/security/limits.d/90-hicache-memlock.conf /root/vastdata /mnt/kvcache-2ports"
 TOLERANT = {"hicache_strict": False}
-VAST_FSTAB = "nfs vers=3,proto=rdma,port=20049,nconnect=32,remoteports=192.0.2.1-192.0.2.16"
+VAST_FSTAB = "nfs vers=3,proto=rdma,port=20049,nconnect=32,remoteports=10.255.2.1-10.255.2.16"  # the profile's placeholders filled in (tests/infra/fleet.py)
 
 
 def snapshot(fleet, host):

@@ -240,11 +240,17 @@ def test_bench_reaches_an_inventory_host_over_ssh_and_restarts_it_between_cold_a
     assert run.returncode == 0, run.stderr
     assert f"warm after restart of {host}" in run.stderr
     data = json.loads((tmp_path / "bench.json").read_text())
-    expected = 2000 * 1000 / (16 * 1000 + 1984 * 200)  # 31 whole pages of 64 come from L3, 16 tokens are prefilled
-    # Each request's fixed cost (the SSH tunnel, HTTP, the real L3 read) adds to the short warm TTFT and only lowers
-    # the ratio, by as much as the machine is loaded (0.69 of the model with every CI stream at once): what holds
-    # whatever the load is that warm beats cold with its prompt from L3, and never beats the stand-in's model. How
-    # close it comes is a measurement (bench/), not a test.
+    # The stand-in sleeps prefill_us per uncached token and load_us per token loaded from L3 (tests/standin): a
+    # measured TTFT can only be longer than its sleep, by the request's fixed costs (the SSH tunnel, HTTP, the real
+    # L3 write or read), and those are not the same cold and warm, so the ratio of the two bounds nothing; each phase
+    # is bounded below by the model, and warm beats cold with its prompt from L3. How close the speedup comes to the
+    # model's is a measurement (bench/), not a test.
     for row in data["levels"]:
-        assert 1 < row["speedup"] < expected * 1.05 and row["warm_storage_share"] > 0.99, (row, expected)
+        tokens = row["prompt_tokens"]
+        loaded = tokens // 64 * 64
+        cold_model = tokens * 1000 / 1e6
+        warm_model = ((tokens - loaded) * 1000 + loaded * 200) / 1e6
+        # 2% for the rounding of a mean prompt length and of the milliseconds in the report
+        assert row["cold_p50_s"] >= 0.98 * cold_model and row["warm_p50_s"] >= 0.98 * warm_model, (row, cold_model, warm_model)
+        assert row["speedup"] > 1 and row["warm_storage_share"] > 0.99, row
     assert main_pid(served_fleet, host) != before

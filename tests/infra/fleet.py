@@ -85,6 +85,10 @@ class Fleet:
         if path.exists():
             shutil.rmtree(path)
         shutil.copytree(ROOT / "inventories" / profile / "group_vars", path / "group_vars")
+        # The profile's placeholders filled in, as an operator must (hicachectl refuses documentation addresses where
+        # it reaches hosts): a name under .test (RFC 2606, for tests) and a private range instead of 192.0.2.0/24.
+        profile_vars = path / "group_vars" / "all.yml"
+        profile_vars.write_text(profile_vars.read_text().replace(".example.com", ".lab.test").replace("192.0.2.", "10.255.2."))
         (path / "host_vars").mkdir()
         hosts = {name: {"ansible_host": "127.0.0.1", "ansible_port": port, **(host_vars or {}).get(name, {})} for name, port in self.hosts.items()}
         # Test hosts are recreated every run with new host keys on reused ports: the test bed opts out of host key
