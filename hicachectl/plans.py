@@ -120,6 +120,7 @@ class StoragePlan:
     after_rpcrdma: list[str]  # sysctls that exist only once rpcrdma is loaded: a dry run cannot read them before
     sysctls: dict[str, Any]  # live and persisted (sysctl.d), set before the mount: RDMA slots, multipath rp_filter
     sysctl_conf: str | None
+    restored_sysctls: dict[str, str]  # live only, before the files: the kernel's TCP slot tables an older release lowered
     unknown_localports: list[str]  # localports addresses no interface of this host holds
     directories: list[dict[str, str]]  # what the role persists before the mount (hicache_files' arguments)
     files: list[dict[str, str]]
@@ -142,7 +143,7 @@ def storage_plan(d, facts: dict[str, Any]) -> StoragePlan:
                                              storage.resolve_source(mount.source, facts.get("block_ids") or {})),
         can_mount, why, bool(d.strict), nfs, d.storage_read_ahead_kb, persistent, not_persistent,
         storage.nfsrahead_conf(d), modules_load, load_rpcrdma, sorted(rdma_sysctls) if load_rpcrdma else [], sysctls,
-        storage.sysctl_conf(sysctls),
+        storage.sysctl_conf(sysctls), storage.restored_tcp_slots(facts),
         storage.multipath_interfaces(d, facts)[1] if d.storage_localports else [], directories, files, absent)
 
 

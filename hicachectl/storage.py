@@ -197,6 +197,23 @@ def _int(text) -> int:
         return 0
 
 
+# The kernel's own TCP slot tables (net/sunrpc/xprtsock.c: xprt_tcp_slot_table_entries = RPC_MIN_SLOT_TABLE,
+# xprt_max_tcp_slot_table_entries = RPC_MAX_SLOT_TABLE; include/linux/sunrpc/xprt.h: 2 and RPC_MAX_SLOT_TABLE_LIMIT, 65536).
+KERNEL_TCP_SLOTS = {"tcp_slot_table_entries": "2", "tcp_max_slot_table_entries": "65536"}
+_OLD_SUNRPC_OPTION = re.compile(r"\b(tcp_slot_table_entries|tcp_max_slot_table_entries)=")
+
+
+def restored_tcp_slots(facts: dict | None) -> dict[str, str]:
+    """0.1.0 wrote `options sunrpc tcp_slot_table_entries=128 tcp_max_slot_table_entries=128` to OLD_SUNRPC_MODPROBE_FILE
+    and set them live. Removing the file restores the kernel's values only at sunrpc's next load (a reboot), so while
+    the host facts still find the file, the role gives each value it named back to the kernel's default, live (the
+    sysctls sunrpc.tcp_*slot_table_entries), before removing it; nothing is persisted: the default needs no file."""
+    text = ((facts or {}).get("files") or {}).get(OLD_SUNRPC_MODPROBE_FILE)
+    if not text:
+        return {}
+    return {f"sunrpc.{key}": KERNEL_TCP_SLOTS[key] for key in dict.fromkeys(_OLD_SUNRPC_OPTION.findall(text))}
+
+
 def sysctl_conf(sysctls: dict[str, str]) -> str | None:
     if not sysctls:
         return None

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from helpers import deployment
+import importlib.util
+
+from helpers import deployment, filled_in
+from support import ROOT
 
 from hicachectl import storage
 
@@ -130,3 +133,29 @@ def test_the_plan_names_the_rdma_slots_a_dry_run_cannot_read_before_rpcrdma_is_l
     loaded = plans.storage_plan(d, FULL)
     assert not loaded.load_rpcrdma and loaded.after_rpcrdma == []
     assert plans.storage_plan(deployment("local"), not_loaded).after_rpcrdma == []
+
+
+def test_a_host_upgraded_from_0_1_0_gets_the_kernels_tcp_slot_tables_back_live():
+    """0.1.0 lowered tcp_max_slot_table_entries to 128 (options sunrpc ... in OLD_SUNRPC_MODPROBE_FILE) and set it live:
+    removing the file alone left 128 in effect until sunrpc's next load. The role reads the file (host_reads) and
+    gives each value it named back to the kernel's (net/sunrpc/xprtsock.c: 2 and 65536), live, once."""
+    from test_preflight import FULL
+
+    from hicachectl import plans
+    old = "# Managed by hicache-deploy.\noptions sunrpc tcp_slot_table_entries=128 tcp_max_slot_table_entries=128\n"
+    upgraded = {**FULL, "files": {storage.OLD_SUNRPC_MODPROBE_FILE: old}}
+    plan = plans.storage_plan(deployment("vast"), upgraded)
+    assert plan.restored_sysctls == {"sunrpc.tcp_slot_table_entries": "2", "sunrpc.tcp_max_slot_table_entries": "65536"}
+    assert storage.OLD_SUNRPC_MODPROBE_FILE in plan.absent and "tcp_" not in (plan.sysctl_conf or "")  # nothing persisted
+    assert plans.storage_plan(deployment("vast"), {**FULL, "files": {storage.OLD_SUNRPC_MODPROBE_FILE: None}}).restored_sysctls == {}
+    assert plans.storage_plan(deployment("vast"), FULL).restored_sysctls == {}
+    # the host facts read the file (the filter that names what they read besides the usual)
+    spec = importlib.util.spec_from_file_location("hicache_filter_reads", ROOT / "plugins/filter/hicache.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert storage.OLD_SUNRPC_MODPROBE_FILE in module.hicache_host_reads(filled_in(_vast_group_vars()), "gpu-1")["files"]
+
+
+def _vast_group_vars() -> dict:
+    import yaml
+    return yaml.safe_load((ROOT / "inventories/vast/group_vars/all.yml").read_text())

@@ -88,7 +88,8 @@ def hicache_host_reads(hostvars, host):
     out; the role that needs it reads it itself (a user's playbook may give each role only its own variables)."""
     _core()
     variables = _hicache_vars(hostvars)
-    reads = {"files": [storage.SYSCTL_FILE], "units": []}  # the storage role's own sysctl.d file (storage.rp_filter_sysctls)
+    # the storage role's own sysctl.d file (storage.rp_filter_sysctls), and what an older release wrote (storage.restored_tcp_slots)
+    reads = {"files": [storage.SYSCTL_FILE, storage.OLD_SUNRPC_MODPROBE_FILE], "units": []}
     server, findings = rules.check_host(host, variables, "sglang_server")
     if not rules.has_errors(findings):
         reads["files"] += [f"{server.cfg_dir}/{render.DEPLOYED}", f"{server.cfg_dir}/{render.INSTALLED}"]

@@ -51,7 +51,7 @@ EXAMPLES = r"""
   hicache.deploy.hicache_kernel_values:
     values:
       net.ipv4.conf.all.rp_filter: 2
-      /sys/module/sunrpc/parameters/tcp_max_slot_table_entries: 128
+      sunrpc.rdma_slot_table_entries: 128
     strict: "{{ hicache_strict }}"
   register: kernel_values
 """

@@ -23,6 +23,7 @@ POINT = "/mnt/l3"
 READ_AHEAD = 8192
 SLOTS = 64  # not the kernel's 128, so the test sees the role set it
 FOREIGN_FSTAB = "# a line of the host's own, kept byte for byte \t\n/dev/vdz  /srv/other  ext4  noauto,x-foo=1  0 0\n"
+OLD_SUNRPC_MODPROBE = "/etc/modprobe.d/hicache-sunrpc.conf"  # what 0.1.0 wrote (hicachectl/storage.py OLD_SUNRPC_MODPROBE_FILE)
 STORAGE_ROLE = [{"name": "The storage role", "ansible.builtin.include_role": {"name": "hicache.deploy.storage"}}]
 STORAGE_VERIFY = [{"name": "The storage role's verify", "ansible.builtin.include_role": {"name": "hicache.deploy.storage", "tasks_from": "verify"}}]
 SERVER_ROLES = [{"name": "The limits role", "ansible.builtin.include_role": {"name": "hicache.deploy.host_limits"}},
@@ -128,8 +129,13 @@ def test_first_converge_of_a_vast_shaped_host_has_read_ahead_in_effect(bed):
     vm = bed.client
     vm.write("/etc/fstab", vm.read("/etc/fstab") + FOREIGN_FSTAB)
     bed.fstab_before = vm.read("/etc/fstab")
+    # A host upgraded from 0.1.0: its modprobe.d options and their live effect (the TCP tables lowered to 128).
+    vm.write(OLD_SUNRPC_MODPROBE, "# Managed by hicache-deploy.\noptions sunrpc tcp_slot_table_entries=128 tcp_max_slot_table_entries=128\n")
+    vm.ssh("modprobe sunrpc && echo 128 > /proc/sys/sunrpc/tcp_slot_table_entries && echo 128 > /proc/sys/sunrpc/tcp_max_slot_table_entries", check=True)
     converge(bed, vast(), "vast")
     assert_tuned(vm, "3", transports=4)
+    assert vm.read("/proc/sys/sunrpc/tcp_slot_table_entries").strip() == "2"  # the kernel's own again, without a reboot
+    assert vm.ssh(f"test -e {OLD_SUNRPC_MODPROBE}").returncode == 1
     # nfsrahead's config was in place when the mount's bdi appeared: udev's rule set the value, not only the role.
     assert vm.read("/etc/nfs.conf.d/hicache-readahead.conf").count(f"={READ_AHEAD}") == 2
     assert vm.ssh(f"/usr/libexec/nfsrahead {mount_entry(vm)['majmin']}").stdout.strip() == str(READ_AHEAD)
