@@ -121,6 +121,7 @@ class StoragePlan:
     sysctls: dict[str, Any]  # live and persisted (sysctl.d), set before the mount: RDMA slots, multipath rp_filter
     sysctl_conf: str | None
     restored_sysctls: dict[str, str]  # live only, before the files: the kernel's TCP slot tables an older release lowered
+    vastnfs_values: dict[str, str]  # live, after the mount (it loads vastnfs' sunrpc): expose_id_in_mountstats
     unknown_localports: list[str]  # localports addresses no interface of this host holds
     directories: list[dict[str, str]]  # what the role persists before the mount (hicache_files' arguments)
     files: list[dict[str, str]]
@@ -143,7 +144,7 @@ def storage_plan(d, facts: dict[str, Any]) -> StoragePlan:
                                              storage.resolve_source(mount.source, facts.get("block_ids") or {})),
         can_mount, why, bool(d.strict), nfs, d.storage_read_ahead_kb, persistent, not_persistent,
         storage.nfsrahead_conf(d), modules_load, load_rpcrdma, sorted(rdma_sysctls) if load_rpcrdma else [], sysctls,
-        storage.sysctl_conf(sysctls), storage.restored_tcp_slots(facts),
+        storage.sysctl_conf(sysctls), storage.restored_tcp_slots(facts), storage.vastnfs_values(d),
         storage.multipath_interfaces(d, facts)[1] if d.storage_localports else [], directories, files, absent)
 
 

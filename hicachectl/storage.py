@@ -214,6 +214,32 @@ def restored_tcp_slots(facts: dict | None) -> dict[str, str]:
     return {f"sunrpc.{key}": KERNEL_TCP_SLOTS[key] for key in dict.fromkeys(_OLD_SUNRPC_OPTION.findall(text))}
 
 
+# vastnfs' sunrpc shows each mount's sunrpc-id in /proc/self/mountstats only with this parameter set (bundle/net/sunrpc/
+# stats.c: module_param_named(expose_id_in_mountstats, ..., bool, 0644), default false; docs/src/monitoring/transports.md
+# sets it after boot): without the id, verify cannot find the mount's transports in debugfs (rpc_clnt/<id>/stats).
+VASTNFS_MODPROBE_FILE = "/etc/modprobe.d/hicache-vastnfs.conf"
+EXPOSE_ID_PARAMETER = "/sys/module/sunrpc/parameters/expose_id_in_mountstats"
+
+
+def shows_multipath_paths(d) -> bool:
+    """VAST multipath (remoteports): a mount only vastnfs' client makes (preflight.vastnfs_needed_for; where the driver
+    is missing, preflight says the host cannot mount), so its sunrpc is the one that takes the parameter."""
+    return bool(d.storage_type == "vast" and d.storage_remoteports)
+
+
+def vastnfs_conf(d) -> str | None:
+    """modprobe.d options for vastnfs' sunrpc, applied when the mount (or a boot) loads it; None: nothing to persist."""
+    if not shows_multipath_paths(d):
+        return None
+    return ("# Managed by hicache-deploy: vastnfs shows each mount's sunrpc-id in /proc/self/mountstats, so that verify\n"
+            "# finds the mount's multipath transports (debugfs sunrpc/rpc_clnt/<id>/stats).\noptions sunrpc expose_id_in_mountstats=1\n")
+
+
+def vastnfs_values(d) -> dict[str, str]:
+    """The same, live (a bool parameter reads back as Y), set once the mount has loaded vastnfs' sunrpc."""
+    return {EXPOSE_ID_PARAMETER: "Y"} if shows_multipath_paths(d) else {}
+
+
 def sysctl_conf(sysctls: dict[str, str]) -> str | None:
     if not sysctls:
         return None
@@ -228,7 +254,7 @@ def host_files(d, sysctls: dict[str, str]) -> tuple[list[dict[str, str]], list[d
     """What the storage role persists before any mount, as hicache_files takes it: the directories and files it keeps
     (root's, 0755 and 0644) and the files it removes (its own that this tier does not need, and what older releases wrote)."""
     wanted = {NFSRAHEAD_FILE: nfsrahead_conf(d) if is_nfs(d) and d.storage_read_ahead_kb is not None else None,
-              MODULES_LOAD_FILE: modules_load_conf(d), SYSCTL_FILE: sysctl_conf(sysctls)}
+              MODULES_LOAD_FILE: modules_load_conf(d), SYSCTL_FILE: sysctl_conf(sysctls), VASTNFS_MODPROBE_FILE: vastnfs_conf(d)}
     files = [{"path": path, "content": content, "owner": "root", "group": "root", "mode": "0644"}
              for path, content in wanted.items() if content is not None]
     directories = [{"path": path, "owner": "root", "group": "root", "mode": "0755"}

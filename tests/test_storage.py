@@ -38,7 +38,7 @@ def test_nfs_tuning_files():
     text = "".join(f["content"] for f in files)
     assert "tcp_" not in text and "sunrpc.rdma_slot_table_entries = 128" in text
     assert storage.OLD_SUNRPC_MODPROBE_FILE in absent  # an older release's TCP options are removed
-    assert {f["path"] for f in files} == {storage.NFSRAHEAD_FILE, storage.MODULES_LOAD_FILE, storage.SYSCTL_FILE}
+    assert {f["path"] for f in files} == {storage.NFSRAHEAD_FILE, storage.MODULES_LOAD_FILE, storage.SYSCTL_FILE, storage.VASTNFS_MODPROBE_FILE}
     assert storage.host_files(deployment("local"), {})[1] == []  # a local tier persists nothing
 
 
@@ -159,3 +159,20 @@ def test_a_host_upgraded_from_0_1_0_gets_the_kernels_tcp_slot_tables_back_live()
 def _vast_group_vars() -> dict:
     import yaml
     return yaml.safe_load((ROOT / "inventories/vast/group_vars/all.yml").read_text())
+
+
+def test_a_vast_multipath_mount_has_the_driver_show_its_sunrpc_id_for_the_multipath_proof():
+    """vastnfs prints a mount's sunrpc-id in mountstats only with expose_id_in_mountstats set (bundle/net/sunrpc/stats.c,
+    default false), and without the id verify's multipath path check was always "not checked". Set live after the
+    mount (which only vastnfs' client makes) and in modprobe.d; render shows the file as plan does (no host facts)."""
+    from test_preflight import FULL
+
+    from hicachectl import plans
+    plan = plans.storage_plan(deployment("vast"), FULL)
+    assert plan.vastnfs_values == {storage.EXPOSE_ID_PARAMETER: "Y"}
+    conf = next(f["content"] for f in plan.files if f["path"] == storage.VASTNFS_MODPROBE_FILE)
+    assert conf.splitlines()[-1] == "options sunrpc expose_id_in_mountstats=1"
+    assert [f for f in plans.storage_plan(deployment("vast"), {}).files if f["path"] == storage.VASTNFS_MODPROBE_FILE]
+    for d in (deployment("vast", storage_remoteports=None, storage_localports=[], storage_nconnect=16), deployment("netapp")):
+        single_path = plans.storage_plan(d, FULL)
+        assert single_path.vastnfs_values == {} and storage.VASTNFS_MODPROBE_FILE in single_path.absent

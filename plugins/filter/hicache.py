@@ -194,7 +194,8 @@ def hicache_mount_state(mountinfo_text, plan, vastnfs_version=None, mountstats_t
         if any(o.startswith("remoteports=") for o in options):
             if stats is None or not stats.sunrpc_id:
                 more = (more[0], more[1] + ["multipath paths: /proc/self/mountstats shows no sunrpc-id (the VAST driver shows it with "
-                                            "/sys/module/sunrpc/parameters/expose_id_in_mountstats set to 1)"], more[2])
+                                            "/sys/module/sunrpc/parameters/expose_id_in_mountstats set, which the storage role sets "
+                                            "after the mount)"], more[2])
             else:
                 stats_path = hoststate.rpc_clnt_stats_path(stats.sunrpc_id)
                 if rpc_clnt_stats_text is None:
