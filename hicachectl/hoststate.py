@@ -264,6 +264,13 @@ class MountStats:
     fstype: str
     sunrpc_id: str | None  # vastnfs with expose_id_in_mountstats=1 (bundle/net/sunrpc/stats.c rpc_clnt_show_stats), hex
     pnfs: str | None  # NFSv4: the layout driver in use (",pnfs=LAYOUT_NFSV4_1_FILES") or "not configured"
+    # per-op statistics: {name: (ops, errors)}; errors None where the kernel prints no error count (before om_error_status)
+    ops: dict[str, tuple[int, int | None]] = dataclasses.field(default_factory=dict)
+
+
+# net/sunrpc/stats.c _print_name ("\t%12s: ") and _print_rpc_iostats: ops ntrans timeouts bytes_sent bytes_recv queue rtt
+# execute, then errors (om_error_status: tasks that ended with a negative status, an NFS error of the reply included).
+_PER_OP = re.compile(r"^([A-Z0-9_]+): ((?:\d+ ){7}\d+(?: \d+)?)$")
 
 
 def parse_mountstats(text: str) -> list[MountStats]:
@@ -275,12 +282,18 @@ def parse_mountstats(text: str) -> list[MountStats]:
             if current:
                 out.append(MountStats(**current))
             current = {"device": _unescape(header.group(1)), "mount_point": _unescape(header.group(2)), "fstype": header.group(3),
-                       "sunrpc_id": None, "pnfs": None}
+                       "sunrpc_id": None, "pnfs": None, "ops": {}}
+            per_op = False
             continue
         if current is None:
             continue
         stripped = line.strip()
-        if stripped.startswith("sunrpc-id:") and current["sunrpc_id"] is None:
+        if stripped == "per-op statistics":
+            per_op = True
+        elif per_op and (counted := _PER_OP.match(stripped)):
+            numbers = counted.group(2).split()
+            current["ops"].setdefault(counted.group(1), (int(numbers[0]), int(numbers[8]) if len(numbers) > 8 else None))
+        elif stripped.startswith("sunrpc-id:") and current["sunrpc_id"] is None:
             current["sunrpc_id"] = stripped.partition(":")[2].strip() or None
         elif stripped.startswith("nfsv4:"):
             match = re.search(r",pnfs=([^,]*)", stripped)
@@ -361,10 +374,21 @@ def pnfs_checks(stats: MountStats | None, expected_options: tuple[str, ...]) -> 
         return [], [], []
     if stats is None:
         return [], ["pNFS: the mount is not in /proc/self/mountstats"], []
-    if stats.pnfs and stats.pnfs != "not configured":
-        return [], [], [f"pNFS in use ({stats.pnfs})"]
-    return [], [f"pNFS: the server granted no layout (pnfs={stats.pnfs or 'absent'}); I/O goes through the metadata server only "
-                "(on ONTAP: vserver nfs modify -v4.1-pnfs enabled)"], []
+    if not stats.pnfs or stats.pnfs == "not configured":
+        return [], [f"pNFS: the server granted no layout (pnfs={stats.pnfs or 'absent'}); I/O goes through the metadata server only "
+                    "(on ONTAP: vserver nfs modify -v4.1-pnfs enabled)"], []
+    # The layout driver is set from the server's fs_layout_types; a layout is granted per file by LAYOUTGET, which the
+    # client sends at I/O: only a LAYOUTGET that did not fail shows pNFS really in use.
+    layoutget = stats.ops.get("LAYOUTGET")
+    if layoutget is None or layoutget[1] is None:
+        return [], [f"pNFS: layout driver {stats.pnfs}, but mountstats shows no LAYOUTGET count with its errors, so no granted layout is seen"], []
+    sent, failed = layoutget
+    if sent == 0:
+        return [], [f"pNFS: layout driver {stats.pnfs}, but no I/O has asked for a layout yet (LAYOUTGET 0); verify after I/O "
+                    "(verify --l3 writes through the tier)"], []
+    if sent <= failed:
+        return [], [f"pNFS: the server refused every layout (LAYOUTGET {sent}, {failed} failed); I/O goes through the metadata server only"], []
+    return [], [], [f"pNFS in use ({stats.pnfs}: {sent - failed} of {sent} LAYOUTGET granted)"]
 
 
 LIMIT_NAMES = {"memlock": "Max locked memory", "nofile": "Max open files", "stack": "Max stack size"}

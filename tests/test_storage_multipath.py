@@ -84,13 +84,27 @@ def test_a_localport_no_transport_uses_fails():
     assert hoststate.multipath_checks(transports, storage.mount(deployment("vast", **three)).options)[0] == ["no transport from localports 192.0.2.103"]
 
 
-def test_pnfs_in_use_passes_and_no_layout_is_not_checked():
+def test_pnfs_in_use_is_a_granted_layout_not_only_the_layout_driver():
+    """The layout driver (pnfs=) comes from the server's fs_layout_types; a layout is granted per file by LAYOUTGET at
+    I/O. So pNFS passes only on a LAYOUTGET that did not fail (per-op statistics: net/sunrpc/stats.c)."""
     options = storage.mount(deployment("netapp", storage_nconnect=8)).options
-    granted = hoststate.mountstats_at(hoststate.parse_mountstats(sample("mountstats-netapp-pnfs.txt")), "/mnt/kvcache")
-    assert hoststate.pnfs_checks(granted, options) == ([], [], ["pNFS in use (LAYOUT_NFSV4_1_FILES)"])
-    refused = hoststate.mountstats_at(hoststate.parse_mountstats(sample("mountstats-netapp-nolayout.txt")), "/mnt/kvcache")
-    problems, unchecked, passed = hoststate.pnfs_checks(refused, options)
+
+    def judged(text):
+        return hoststate.pnfs_checks(hoststate.mountstats_at(hoststate.parse_mountstats(text), "/mnt/kvcache"), options)
+
+    granted = sample("mountstats-netapp-pnfs.txt")
+    assert hoststate.parse_mountstats(granted)[0].ops["LAYOUTGET"] == (4, 0) and hoststate.parse_mountstats(granted)[0].ops["LOOKUP"] == (3, 3)
+    assert judged(granted) == ([], [], ["pNFS in use (LAYOUT_NFSV4_1_FILES: 4 of 4 LAYOUTGET granted)"])
+    problems, unchecked, passed = judged(sample("mountstats-netapp-nolayout.txt"))
     assert problems == passed == [] and unchecked[0].startswith("pNFS: the server granted no layout (pnfs=not configured)")
+    # the driver set, no I/O yet: nothing proves a layout (this passed on the driver alone before)
+    no_io = granted.replace("LAYOUTGET: 4 4 0 880 1024 0 2 2 0", "LAYOUTGET: 0 0 0 0 0 0 0 0 0")
+    problems, unchecked, passed = judged(no_io)
+    assert problems == passed == [] and "no I/O has asked for a layout yet (LAYOUTGET 0)" in unchecked[0]
+    refused = granted.replace("LAYOUTGET: 4 4 0 880 1024 0 2 2 0", "LAYOUTGET: 4 4 0 880 64 0 2 2 4")
+    assert judged(refused)[1] == ["pNFS: the server refused every layout (LAYOUTGET 4, 4 failed); I/O goes through the metadata server only"]
+    no_errors_field = granted.replace("LAYOUTGET: 4 4 0 880 1024 0 2 2 0", "LAYOUTGET: 4 4 0 880 1024 0 2 2")
+    assert "no LAYOUTGET count with its errors" in judged(no_errors_field)[1][0]
 
 
 def _filter():
@@ -124,7 +138,7 @@ def test_the_mount_state_filter_follows_mountstats_to_each_path():
     assert "expose_id_in_mountstats" in hidden["not_checked"][0]
     netapp = state("121 22 0:56 / /mnt/kvcache rw,relatime - nfs4 netapp-lif.example.com:/kvcache rw,vers=4.1,rsize=65536,wsize=65536,"
                    "proto=rdma,nconnect=8,port=20049\n", _plan(deployment("netapp", storage_nconnect=8)), None, sample("mountstats-netapp-pnfs.txt"))
-    assert netapp["problems"] == [] and netapp["passed"] == ["pNFS in use (LAYOUT_NFSV4_1_FILES)"]
+    assert netapp["problems"] == [] and netapp["passed"] == ["pNFS in use (LAYOUT_NFSV4_1_FILES: 4 of 4 LAYOUTGET granted)"]
 
 
 def test_options_the_nfs_client_does_not_print_back_are_not_checked_never_failed():
