@@ -141,17 +141,19 @@ def sysctl_key(*parts: str) -> str:
 
 def multipath_interfaces(d, facts: dict | None) -> tuple[list[str], list[str]]:
     """The local interfaces behind localports: names as given, addresses through the host facts' interfaces.
-    Returns (interfaces, localports whose interface this host does not show)."""
-    by_address = {}
+    Returns (interfaces, localports whose interface this host does not show: an address none of its interfaces holds,
+    or a name it has no interface of; without host facts, none)."""
+    by_address, present = {}, set()
     for nic in (facts or {}).get("interfaces") or []:
+        present.add(nic["name"])
         for address in nic.get("addresses") or []:
             by_address[address] = nic["name"]
     names, unknown = [], []
     for port in map(str, d.storage_localports or []):
         name = by_address.get(port) if _looks_like_ip(port) else port
-        if name is None:
+        if name is None or (present and name not in present):
             unknown.append(port)
-        elif name not in names:
+        if name is not None and name not in names:  # a name is kept (its sysctl.d line applies once the port appears)
             names.append(name)
     return names, unknown
 

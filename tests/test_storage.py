@@ -56,6 +56,9 @@ def test_rp_filter_is_off_on_the_multipath_ports_and_all_and_kept_elsewhere():
     assert "net/ipv4/conf/lo/rp_filter" not in keys and "net/ipv4/conf/eno2/rp_filter" not in keys  # 2 (loose) is above the floor already
     # An address no interface holds is named, not guessed.
     assert storage.multipath_interfaces(deployment("vast", storage_localports=["198.18.9.9"]), facts) == ([], ["198.18.9.9"])
+    # A name the host has no interface of is named too, and kept for sysctl.d (it applies once the port appears).
+    assert storage.multipath_interfaces(deployment("vast", storage_localports=["ens9f0", "ens1f0"]), facts) == (["ens9f0", "ens1f0"], ["ens9f0"])
+    assert storage.multipath_interfaces(deployment("vast", storage_localports=["ens9f0"]), {}) == (["ens9f0"], [])  # no facts: not judged
     assert storage.rp_filter_sysctls(deployment("vast", storage_localports=[]), facts) == {}  # no localports, nothing to turn off
 
 

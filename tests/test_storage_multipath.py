@@ -134,6 +134,9 @@ def test_the_mount_state_filter_follows_mountstats_to_each_path():
     assert found["not_checked"] == ["multipath paths: /sys/kernel/debug/sunrpc/rpc_clnt/1f/stats was not read (debugfs not mounted, or not root)"]
     proven = state(mountinfo, plan, "4.0.33-vastdata", sample("mountstats-expose-id.txt"), sample("rpc_clnt-stats-connected.txt"))
     assert proven["problems"] == [] and proven["not_checked"] == [] and len(proven["passed"]) == 4
+    # a localports address no interface of the host holds (plans.StoragePlan.unknown_localports) is a problem of the mount
+    stray = state(mountinfo, {**plan, "unknown_localports": ["192.0.2.109"]})
+    assert stray["problems"] == ["localports 192.0.2.109: no interface of this host has that address or name"]
     hidden = state(mountinfo, plan, "4.0.33", sample("mountstats-expose-id.txt").replace("\tsunrpc-id:\t1f\n", ""))
     assert "expose_id_in_mountstats" in hidden["not_checked"][0]
     netapp = state("121 22 0:56 / /mnt/kvcache rw,relatime - nfs4 netapp-lif.example.com:/kvcache rw,vers=4.1,rsize=65536,wsize=65536,"

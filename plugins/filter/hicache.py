@@ -188,6 +188,8 @@ def hicache_mount_state(mountinfo_text, plan, vastnfs_version=None, mountstats_t
     if entry is not None:
         not_checked = hoststate.nfs_unechoed_options(options, mount["fstype"]) + not_checked
     problems, passed, stats_path = problems + vast_problems, [], None
+    if entry is not None:  # a transport bound to a local address the host does not hold never connects
+        problems += [f"localports {port}: no interface of this host has that address or name" for port in plan.get("unknown_localports") or []]
     if entry is not None and mountstats_text is not None:
         stats = hoststate.mountstats_at(hoststate.parse_mountstats(mountstats_text), mount["point"])
         more = hoststate.pnfs_checks(stats, options)
