@@ -53,6 +53,14 @@ def runtime_services(d) -> tuple[str, ...]:
     return (service,)
 
 
+def server_sets_memlock(d) -> bool:
+    """The server's container sets its own memlock (`--ulimit memlock=` in run.sh/serve.sh, the documents' -1): its spec
+    then holds RLIMIT_MEMLOCK and the runtime units' limit does not reach the server (moby daemon/oci_linux.go)."""
+    from hicachectl import launch
+
+    return launch.in_container(d) and "memlock" in (d.container_ulimits or {})
+
+
 def systemd_memlock(d) -> str:
     """LimitMEMLOCK as `systemctl show` prints it."""
     return "infinity" if d.limits_memlock == "unlimited" else str(int(d.limits_memlock) * 1024)
@@ -76,18 +84,25 @@ def sysctl_conf(d) -> str | None:
 def runtime_unit_findings(plan: dict, lines: list[str]) -> list[dict]:
     """What the runtime units' memlock says, from read.yml's lines (name|LoadState|MainPID|LimitMEMLOCK|running soft|
     running hard) and the role's plan (LimitsPlan as a fact): one finding per unit that is not as wanted, each
-    {unit, reason, tolerated, stale}. `stale`: the unit runs without the limit (its process started before the drop-in),
-    so a restart would give it; a failure when the role may restart it (it should have), else a gap."""
+    {unit, reason, tolerated, stale, note}. `stale`: the unit runs without the limit (its process started before the
+    drop-in), so a restart would give it; a failure when the role may restart it (it should have), else a gap, or only
+    a `note` where the server's container sets its own memlock (server_sets_memlock)."""
     findings = []
     for line in lines:
         unit, load, pid, configured, soft, hard = line.split("|")
         if load != "loaded":
-            findings.append({"unit": unit, "stale": False, "tolerated": True,
+            findings.append({"unit": unit, "stale": False, "tolerated": True, "note": False,
                              "reason": f"{unit} is not installed on this host, so its LimitMEMLOCK cannot be checked (the drop-in applies once it is)"})
         elif configured != plan["memlock"]:
-            findings.append({"unit": unit, "stale": False, "tolerated": False, "reason": f"{unit}: LimitMEMLOCK={configured}, wanted {plan['memlock']}"})
+            findings.append({"unit": unit, "stale": False, "tolerated": False, "note": False,
+                             "reason": f"{unit}: LimitMEMLOCK={configured}, wanted {plan['memlock']}"})
         elif pid.isdigit() and int(pid) > 0 and (soft != plan["proc_memlock"] or hard != plan["proc_memlock"]):
             hint = "" if plan["restart"] else "; its LimitMEMLOCK applies once it restarts: restart it, or set hicache_limits_restart_runtime: true"
-            findings.append({"unit": unit, "stale": True, "tolerated": not plan["restart"],
-                             "reason": f"{unit} (pid {pid}) runs with memlock {soft}/{hard} (soft/hard), wanted {plan['proc_memlock']}{hint}"})
+            reason = f"{unit} (pid {pid}) runs with memlock {soft}/{hard} (soft/hard), wanted {plan['proc_memlock']}{hint}"
+            # The server's own --ulimit memlock decides the server's limit: a unit still running without the limit holds
+            # back only containers started without one. Said (a note), not a gap of this host (restarted when allowed).
+            note = bool(plan.get("server_sets_memlock")) and not plan["restart"]
+            if note:
+                reason += " (the server sets its own with --ulimit memlock, so this holds back only containers started without one)"
+            findings.append({"unit": unit, "stale": True, "tolerated": not plan["restart"], "note": note, "reason": reason})
     return findings

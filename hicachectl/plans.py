@@ -69,6 +69,7 @@ class LimitsPlan:
     proc_memlock: str = "unlimited"  # "Max locked memory" as /proc/<pid>/limits shows it
     files: tuple[dict[str, Any], ...] = ()  # everything the role writes, in one round trip (hicache_files)
     directories: tuple[dict[str, Any], ...] = ()
+    server_sets_memlock: bool = False  # the server's container has its own --ulimit memlock (limits.server_sets_memlock)
 
 
 def limits_plan(d) -> LimitsPlan:
@@ -87,7 +88,8 @@ def limits_plan(d) -> LimitsPlan:
                       f"{dropin_dir}/{limits.DROPIN_NAME}" if service else None, dropin, limits.systemd_memlock(d),
                       bool(d.limits_restart_runtime), limits.SYSCTL_FILE, sysctl_conf, dict(d.host_sysctls), bool(d.strict),
                       services, limits.proc_memlock(d), tuple(files),
-                      tuple({"path": f"/etc/systemd/system/{s}.d", "mode": "0755", **root} for s in services))
+                      tuple({"path": f"/etc/systemd/system/{s}.d", "mode": "0755", **root} for s in services),
+                      limits.server_sets_memlock(d))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -64,6 +64,10 @@ def test_the_runtime_units_findings_are_judged_once_for_the_check_and_the_restar
     assert found["wrong.service"]["reason"] == "wrong.service: LimitMEMLOCK=8388608, wanted infinity"
     plan["restart"] = False
     assert limits.runtime_unit_findings(plan, lines[1:2])[0]["tolerated"]  # a gap: it gets the limit at its next start
+    assert limits.runtime_unit_findings(plan, lines[1:2])[0]["note"]  # the vast profile's run line has --ulimit memlock=-1
+    assert plans.limits_plan(deployment("vast", container_runtime="docker")).server_sets_memlock
+    assert not plans.limits_plan(deployment("vast", container_runtime="docker", container_ulimits={"stack": 67108864})).server_sets_memlock
+    assert not plans.limits_plan(deployment("vast", container_runtime="none", cache_container_dir=None, model_dir=None)).server_sets_memlock
 
 
 # -- the role's check, against real processes ------------------------------------------------------------------------
@@ -97,16 +101,18 @@ def units(tmp_path):
                 break
         return proc.pid
 
-    def run(unit_properties: dict, memlock_kib: str, restart: bool = False):
+    def run(unit_properties: dict, memlock_kib: str, restart: bool = False, ulimits: dict | None = None):
         (tmp_path / "units.json").write_text(json.dumps(unit_properties))
-        d = deployment("vast", container_runtime="docker", limits_memlock=memlock_kib, limits_restart_runtime=restart, strict=False)
+        # By default the server's container sets no memlock of its own, so it inherits the runtime units' limit.
+        d = deployment("vast", container_runtime="docker", limits_memlock=memlock_kib, limits_restart_runtime=restart, strict=False,
+                       container_ulimits=ulimits if ulimits is not None else {"stack": 67108864})
         play = [{"hosts": "localhost", "gather_facts": False,
                  "vars": {"ansible_python_interpreter": sys.executable, "hicache_facts": {"systemd": True, "units": unit_properties}, "__hicache_limits": plans.as_fact(plans.limits_plan(d))},
                  "tasks": [{"ansible.builtin.import_tasks": str(ROOT / "roles/host_limits/tasks/checks.yml")}]}]
         (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
         env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PATH": f"{bindir}:{os.environ['PATH']}",
                "HICACHE_TEST_UNITS": str(tmp_path / "units.json"), "ANSIBLE_NOCOLOR": "1"}
-        proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", "localhost,", "-c", "local", str(tmp_path / "play.yml")],
+        proc = subprocess.run([ANSIBLE_PLAYBOOK, "-v", "-i", "localhost,", "-c", "local", str(tmp_path / "play.yml")],
                               capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
         return proc.returncode, proc.stdout + proc.stderr
 
@@ -130,6 +136,21 @@ def test_the_check_names_a_running_containerd_that_does_not_have_the_limit_yet(u
     assert rc == 0, out  # hicache_strict false: a gap, the host degraded
     assert f"containerd.service (pid {stale}) runs with memlock 8388608/8388608 (soft/hard), wanted {want}" in out, out
     assert "restart it, or set hicache_limits_restart_runtime: true" in out and "docker.service (pid" not in out, out
+
+
+def test_a_stale_containerd_is_only_a_note_when_the_servers_own_ulimit_gives_it_memlock(units):
+    """The documents' run line has --ulimit memlock=-1: the server's container then has RLIMIT_MEMLOCK in its own spec,
+    and a containerd still running without the limit (restart not allowed) holds back only other containers. Before,
+    every fresh Docker host was degraded for it on its first converge although its server had the limit."""
+    want = 4096 * 1024
+    good, stale = units.process_with_memlock(want), units.process_with_memlock(8 * 1024 * 1024)
+    rc, out = units({"docker.service": loaded(good, str(want)), "containerd.service": loaded(stale, str(want))}, "4096",
+                    ulimits={"memlock": -1, "stack": 67108864})
+    assert rc == 0 and "degraded" not in out, out
+    assert f"containerd.service (pid {stale}) runs with memlock 8388608/8388608" in out and "the server sets its own with --ulimit memlock" in out, out
+    # the same without the server's own memlock: a gap, the host degraded
+    rc, out = units({"docker.service": loaded(good, str(want)), "containerd.service": loaded(stale, str(want))}, "4096")
+    assert rc == 0 and "degraded" in out and "the server sets its own" not in out, out
 
 
 def test_after_the_role_restarted_the_runtime_a_running_limit_still_wrong_is_a_failure(units):

@@ -98,9 +98,9 @@ class DockerHost:
                           f"FROM {IMAGE}:base\nLABEL org.hicache.testbed.tag={tag}\n{extra}COPY sglang_standin.py sglang_pages.py {STANDIN_DIR}/\n")
             self.ssh(f"cd /root/image && DOCKER_BUILDKIT=0 docker build -q -f Dockerfile.{tag} -t {IMAGE}:{tag} .", timeout=600)
 
-    def play(self, variables: dict, tasks: list[dict], name: str = "play") -> subprocess.CompletedProcess:
+    def play(self, variables: dict, tasks: list[dict], name: str = "play", verbose: bool = False) -> subprocess.CompletedProcess:
         inventory = vm_inventory(self.workdir / f"{name}.yml", self.vm, self.key, variables)
-        return run_play(self.workdir / f"{name}.play.yml", inventory, tasks, timeout=1500)
+        return run_play(self.workdir / f"{name}.play.yml", inventory, tasks, verbose=verbose, timeout=1500)
 
     # -- what the host reports -------------------------------------------------------------------------------------
     def inspect(self, name: str = CONTAINER) -> dict:
@@ -187,11 +187,18 @@ def test_containers_inherit_memlock_from_containerd_not_dockerd(host):
     # The role's check reads the running process, so it fails the strict host and says how to fix it.
     verify = host.play({**SERVER_VARS}, [role("host_limits", tasks_from="verify")], "limits-verify")
     assert verify.returncode != 0 and "containerd.service: LimitMEMLOCK=" in verify.stdout, verify.stdout[-4000:]
-    # Drop-in back, containerd not restarted (hicache_limits_restart_runtime false): the running process is named.
-    again = host.play({**SERVER_VARS}, [role("host_limits")], "limits")
+    # Drop-in back, containerd not restarted (hicache_limits_restart_runtime false): the running process is named. A
+    # server without its own --ulimit memlock would inherit containerd's: the strict host fails.
+    own_memlock_off = {**SERVER_VARS, "hicache_container_ulimits": {"stack": 67108864}}
+    again = host.play(own_memlock_off, [role("host_limits")], "limits")
     assert again.returncode != 0, again.stdout[-4000:]
-    assert re.search(r"containerd\.service \(pid \d+\) runs with memlock \d+/\d+ \(soft/hard\), wanted unlimited", " ".join(again.stdout.split())), \
-        again.stdout[-4000:]
+    stale = r"containerd\.service \(pid \d+\) runs with memlock \d+/\d+ \(soft/hard\), wanted unlimited"
+    assert re.search(stale, " ".join(again.stdout.split())), again.stdout[-4000:]
+    # The documents' run line sets --ulimit memlock=-1, so the server has its limit whatever containerd runs with: said in
+    # a note, not a failure (before, every fresh Docker host was degraded, or failed when strict, on its first converge).
+    noted = host.play({**SERVER_VARS}, [role("host_limits")], "limits", verbose=True)
+    assert noted.returncode == 0, noted.stdout[-4000:]
+    assert re.search(stale + r".*the server sets its own with --ulimit memlock", " ".join(noted.stdout.split())), noted.stdout[-4000:]
     # Restart allowed: containerd restarts with the limit, the check passes.
     fixed = host.play({**SERVER_VARS, "hicache_limits_restart_runtime": True}, [role("host_limits")], "limits")
     assert fixed.returncode == 0, fixed.stdout[-4000:]
