@@ -194,6 +194,15 @@ def test_deploy_then_cache_aware_routing_keeps_a_shared_prefix_on_one_server_unl
     assert set(report["hosts"]) == {*servers, router}, report
     router_checks = {c["check"]: c["status"] for c in report["hosts"][router]["checks"]}
     assert router_checks and all(status == "pass" for status in router_checks.values()), router_checks
+    # status shows the router beside the servers, read on its host: its unit, its package and every server listed healthy
+    shown = cli("status", "--inventory", str(inventory(bed, "cache-aware")), "--json")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    state = json.loads(shown.stdout)["hosts"]
+    assert set(state) == {*servers, router}, state
+    assert state[router]["role"] == "router" and state[router]["ok"] and state[router]["unit"] == "active", state[router]
+    assert state[router]["workers"]["listed healthy"] == len(servers) and not state[router]["problems"], state[router]
+    table = cli("status", "--inventory", str(inventory(bed, "cache-aware")))
+    assert any(line.split()[:1] == [router] for line in table.stdout.splitlines()), table.stdout
 
     counts = share_of(bed, shared_prefix_prompts("alpha"))
     print(f"cache_aware: {counts}")
