@@ -92,11 +92,13 @@ class DockerHost:
         healthy: the stand-in's STANDIN_NEVER_HEALTHY, as a bad image would be)."""
         for name in ("sglang_standin.py", "sglang_pages.py"):
             self.vm.write(f"/root/image/{name}", (ROOT / "tests/standin" / name).read_text())
-        self.ssh(f"docker image inspect {IMAGE}:base >/dev/null 2>&1 || docker import /root/standin-rootfs.tar {IMAGE}:base")
+        # A TCG guest digests the 170 MB layer slowly, and more slowly still beside CI's other streams (it took more than
+        # 300 s there once): the waits below are for a loaded machine, not a measure.
+        self.ssh(f"docker image inspect {IMAGE}:base >/dev/null 2>&1 || docker import /root/standin-rootfs.tar {IMAGE}:base", timeout=1500)
         for tag, extra in (("v1", ""), ("v2", ""), ("broken", "ENV STANDIN_NEVER_HEALTHY=1\n")):
             self.vm.write(f"/root/image/Dockerfile.{tag}",
                           f"FROM {IMAGE}:base\nLABEL org.hicache.testbed.tag={tag}\n{extra}COPY sglang_standin.py sglang_pages.py {STANDIN_DIR}/\n")
-            self.ssh(f"cd /root/image && DOCKER_BUILDKIT=0 docker build -q -f Dockerfile.{tag} -t {IMAGE}:{tag} .", timeout=600)
+            self.ssh(f"cd /root/image && DOCKER_BUILDKIT=0 docker build -q -f Dockerfile.{tag} -t {IMAGE}:{tag} .", timeout=1200)
 
     def play(self, variables: dict, tasks: list[dict], name: str = "play", verbose: bool = False) -> subprocess.CompletedProcess:
         inventory = vm_inventory(self.workdir / f"{name}.yml", self.vm, self.key, variables)
