@@ -106,7 +106,17 @@ WantedBy=multi-user.target
 
 
 def udev_rule_text() -> str:
-    """An RDMA device that appears after boot (a driver reload, openibd restart) starts with RDMA-CM's default ToS 0
-    (the value lives in the kernel's cma_device): apply the tuning again then."""
-    return ("# Managed by hicache-deploy: re-apply the NIC tuning when an RDMA device appears (its RDMA-CM default ToS starts at 0).\n"
-            f'ACTION=="add", SUBSYSTEM=="infiniband", RUN+="/bin/systemctl --no-block restart {UNIT}"\n')
+    """Apply the tuning again when what it sets is lost after the boot run:
+    - an RDMA device that appears later (a driver reload, openibd restart, or mlx5 RoCE LAG forming when a bond takes
+      both ports of one NIC: mlx5_bond_<n> replaces mlx5_<n>) starts with RDMA-CM's default ToS 0 (the value lives in
+      the kernel's cma_device);
+    - a bond or VLAN appears after the boot run (the network stack makes it after network-pre.target), and enslaving a
+      port sets its MTU to the bond's, 1500 unless set (drivers/net/bonding/bond_main.c, bond_enslave); the program then
+      sets the bond's own MTU, which bond_change_mtu passes to every port of it. A net device's uevent carries its
+      device type as DEVTYPE (drivers/base/core.c, dev_uevent): "bond" (bond_main.c, bond_type) or "vlan"
+      (net/8021q/vlan_dev.c, vlan_type). `|` separates alternatives (udev(7))."""
+    run = f'RUN+="/bin/systemctl --no-block restart {UNIT}"'
+    return ("# Managed by hicache-deploy: re-apply the NIC tuning when an RDMA device appears (its RDMA-CM default ToS starts at 0),\n"
+            "# and when a bond or VLAN appears (enslaving sets each port's MTU to the bond's, 1500 unless set).\n"
+            f'ACTION=="add", SUBSYSTEM=="infiniband", {run}\n'
+            f'ACTION=="add", SUBSYSTEM=="net", ENV{{DEVTYPE}}=="bond|vlan", {run}\n')

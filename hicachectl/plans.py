@@ -34,7 +34,7 @@ class NicPlan:
     program: str
     unit: str
     unit_text: str
-    udev_rule_file: str  # re-applies the tuning when an RDMA device appears (its RDMA-CM default ToS starts at 0)
+    udev_rule_file: str  # re-applies the tuning when an RDMA device, a bond or a VLAN appears (nic.udev_rule_text)
     udev_rule_text: str
     selection: str  # which ports the program tunes and why (it finds them on the host; its report names each)
     strict: bool

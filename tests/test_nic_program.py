@@ -132,3 +132,16 @@ def test_without_nulls_nothing_is_left_but_what_is_unset_by_default(sample_conne
     rc, report = program(sample_connectx, "--check-json", nic.desired(deployment("vast", storage_localports=["ens1f0np0"])))
     assert {x["what"] for x in report["left"]} == {"ens1f0np0 channels", "ens1f0np0 max read request"}  # their defaults are None
     assert "ens1f0np0 rings" in {u["what"] for u in report["unavailable"]}  # ethtool absent here: read, so a reason
+
+
+def test_a_vlan_over_a_bond_takes_its_mtu_after_the_bond(sample_connectx):
+    """The MTUs go bottom up: a VLAN's MTU cannot exceed its real device's (net/8021q/vlan_dev.c, vlan_dev_change_mtu:
+    -ERANGE), so the bond under it is set first; the VLAN came first before, and failed while the bond was at 1500."""
+    net = sample_connectx / "sys/class/net"
+    for upper, lower in (("bond0", "ens1f0np0"), ("bond0.100", "bond0")):
+        write(sample_connectx, f"/sys/class/net/{upper}/mtu", "1500")
+        (net / upper / f"lower_{lower}").symlink_to(f"../{lower}")
+    config = nic.desired(deployment("vast", storage_localports=["bond0.100"]))
+    _, report = program(sample_connectx, "--check-json", config)
+    assert report["interfaces"] == ["ens1f0np0"] and report["uppers"] == ["bond0", "bond0.100"]
+    assert [c["what"] for c in report["changes"] if c["what"].endswith(" mtu")] == ["ens1f0np0 mtu", "bond0 mtu", "bond0.100 mtu"]

@@ -1,6 +1,7 @@
-"""The nic_tuning host program on sample trees of three real kinds of host (tests/samples/nic/README.md says where
-each file comes from): MLNX_OFED/DOCA's mlx5 (a bond over two storage ports, a front-end port), the distribution's
-inbox mlx5 (a VLAN over the storage port, no ECN tree) and an IPoIB port. `ip` is the samples' stand-in
+"""The nic_tuning host program on sample trees of four real kinds of host (tests/samples/nic/README.md says where
+each file comes from): MLNX_OFED/DOCA's mlx5 (a bond over two storage ports, a front-end port), the same with RoCE LAG
+(both ports of one NIC in an 802.3ad bond: one RDMA device, mlx5_bond_0), the distribution's inbox mlx5 (a VLAN over
+the storage port, no ECN tree) and an IPoIB port. `ip` is the samples' stand-in
 (tests/samples/nic/bin/ip); every other tool is absent, so what needs it is reported as such.
 """
 
@@ -207,7 +208,7 @@ def test_render_says_which_ports_and_why():
     assert json.loads(routed_plan.config_text)["selection"] == routed_plan.selection  # render shows the config file
 
 
-@pytest.mark.parametrize("name", ["ofed-mlx5", "inbox-mlx5", "ipoib"])
+@pytest.mark.parametrize("name", ["ofed-mlx5", "ofed-mlx5-lag", "inbox-mlx5", "ipoib"])
 def test_each_sample_is_described_in_the_readme(name):
     assert f"## {name}" in (SAMPLES / "README.md").read_text()
 
@@ -259,3 +260,115 @@ def test_with_ofed_a_missing_mlnx_qos_is_a_broken_install_and_fails(tmp_path):
     _, report = program((root, tool), "--check-json", routed())
     assert {"what": "ens1f0np0 qos", "reason": "mlnx_qos is not installed"} in report["unavailable"]
     assert not any(u["what"].endswith(" qos") for u in report["not_offered"])
+
+
+def test_a_roce_lag_bond_sets_the_tos_of_its_one_rdma_device_once_named_after_the_bond(tmp_path):
+    """Both ports of one ConnectX in an 802.3ad bond: mlx5 activates RoCE LAG and registers one RDMA device,
+    mlx5_bond_0, on the first port's PCI device only (tests/samples/nic/README.md, ofed-mlx5-lag). The second port has
+    none of its own: it reaches the bond's, whose ToS is set once; it used to fail the host ("no RDMA device behind
+    ens1f1np1")."""
+    root = sample(tmp_path, "ofed-mlx5-lag")
+    rc, report = program(root, "--check-json", routed())
+    assert rc == 0 and report["interfaces"] == ["ens1f0np0", "ens1f1np1"] and report["uppers"] == ["bond0"]
+    assert [c for c in report["changes"] if "roce tos" in c["what"]] == [
+        {"what": "bond0 roce tos (mlx5_bond_0 port 1)", "current": 0, "wanted": 104, "apply": ["roce_tos", "mlx5_bond_0", "1", "104"]}]
+    assert not any("roce tos" in u["what"] for u in report["unavailable"])
+    assert not [f for f in hoststate.nic_verdict(report, asked=True)["failures"] if "roce tos" in f or "RDMA" in f]
+    rc, applied = program(root, "--apply-json", routed())
+    assert rc == 0 and applied["failed"] == [] and "bond0 roce tos (mlx5_bond_0 port 1)" in applied["applied"]
+    assert (root[0] / "sys/kernel/config/rdma_cm/mlx5_bond_0/ports/1/default_roce_tos").read_text() == "104"
+    assert not (root[0] / "sys/kernel/config/rdma_cm/mlx5_2").exists()  # the front-end port's device: untouched
+    _, again = program(root, "--check-json", routed())
+    assert not any("roce tos" in c["what"] for c in again["changes"])
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    ("none", ["ens1f1np1"]),  # its `master` link names bond0, whose GIDs name mlx5_bond_0's port 1
+    ("no GID names the bond", ["ens1f1np1"]),  # then the device on the bond's other port's PCI device
+    ("no master link", []),  # then the bond it was selected under (the route goes through bond0)
+])
+def test_the_second_port_of_a_lag_reaches_the_bond_s_rdma_device(tmp_path, change, named):
+    root, tool = sample(tmp_path, "ofed-mlx5-lag")
+    if change == "no GID names the bond":
+        for ndev in (root / "sys/class/infiniband/mlx5_bond_0/ports/1/gid_attrs/ndevs").iterdir():
+            ndev.unlink()
+    if change == "no master link":
+        (root / "sys/class/net/ens1f1np1/master").unlink()
+    _, report = program((root, tool), "--check-json", {**routed(), "interfaces": named})
+    tos = [(c["what"], c["apply"]) for c in report["changes"] if "roce tos" in c["what"]]
+    assert tos == [("bond0 roce tos (mlx5_bond_0 port 1)", ["roce_tos", "mlx5_bond_0", "1", "104"])]
+    assert not any("roce tos" in u["what"] for u in report["unavailable"])
+
+
+def test_a_port_with_no_rdma_device_and_no_bond_is_still_a_reason(tmp_path):
+    root, tool = sample(tmp_path, "ofed-mlx5-lag")
+    for link in ("master", "upper_bond0"):
+        (root / f"sys/class/net/ens1f1np1/{link}").unlink()
+    _, report = program((root, tool), "--check-json", {**routed(), "interfaces": ["ens1f1np1"]})
+    reasons = {u["what"]: u["reason"] for u in report["unavailable"]}
+    assert reasons["ens1f1np1 roce tos"].startswith("no RDMA device behind ens1f1np1")
+
+
+def test_the_recorded_selection_keeps_the_bond_above_the_ports(tmp_path):
+    root = sample(tmp_path, "ofed-mlx5")
+    program(root, "--apply-json", routed())
+    recorded = json.loads((root[0] / nic.SELECTION_FILE.lstrip("/")).read_text())
+    assert [s["port"] for s in recorded["selected"]] == ["ens1f0np0", "ens1f1np1"] and recorded["uppers"] == ["bond0"]
+
+
+BONDED = ("ens1f0np0", "ens1f1np1")
+
+
+def reboot_without_the_bond(net: pathlib.Path) -> None:
+    """At boot the unit runs before network-pre.target: the network stack has not made bond0 yet, the ports are at
+    their driver's MTU."""
+    shutil.rmtree(net / "bond0")
+    for port in BONDED:
+        (net / port / "master").unlink()
+        (net / port / "upper_bond0").unlink()
+        (net / port / "mtu").write_text("1500\n")
+
+
+def the_network_makes_the_bond(net: pathlib.Path) -> None:
+    """bond0 appears with the default MTU 1500 and takes its ports: bond_enslave sets each port's MTU to the bond's
+    (drivers/net/bonding/bond_main.c: dev_set_mtu(slave_dev, bond->dev->mtu))."""
+    shutil.copytree(SAMPLES / "ofed-mlx5/root/sys/class/net/bond0", net / "bond0", symlinks=True)
+    for port in BONDED:
+        (net / port / "master").symlink_to("../bond0")
+        (net / port / "upper_bond0").symlink_to("../bond0")
+        (net / port / "mtu").write_text((net / "bond0/mtu").read_text())
+
+
+def test_a_bond_s_jumbo_mtu_outlives_the_boot_it_appears_after(tmp_path):
+    """The boot run sets the ports' MTU from the recorded selection and says nothing of the bond that is not there
+    yet (no failure); enslaving then puts the ports back at the bond's 1500, and the udev rule's run when bond0 appears
+    sets the bond's MTU, which is its ports' too. Before, `uppers` were not recorded: the jumbo MTU was lost at every
+    boot until the role ran again."""
+    root, tool = sample(tmp_path, "ofed-mlx5")
+    config = {**routed(), "irq_affinity": False}  # no systemctl here to stop the sample's irqbalance
+    program((root, tool), "--apply-json", config)  # the role's run: finds the ports by route, records them
+    net = root / "sys/class/net"
+    reboot_without_the_bond(net)
+    at_boot = (root, tmp_path / "no-tool-output")  # no address, no route yet
+    rc, boot = program(at_boot, "--apply-json", config)
+    assert rc == 0 and boot["failed"] == [] and boot["uppers"] == []
+    assert [c["what"] for c in boot["changes"] if c["what"].endswith(" mtu")] == ["ens1f0np0 mtu", "ens1f1np1 mtu"]
+    assert not any("bond0" in u["what"] for u in boot["unavailable"])
+    assert not [f for f in hoststate.nic_verdict(boot, asked=True)["failures"] if " mtu" in f or "bond0" in f]
+    assert (net / "ens1f0np0/mtu").read_text() == "9000\n"
+    the_network_makes_the_bond(net)
+    assert (net / "ens1f0np0/mtu").read_text() == "1500\n"
+    rc, udev = program(at_boot, "--apply-json", config)  # the udev rule restarts the unit: still no route
+    assert rc == 0 and udev["uppers"] == ["bond0"] and "bond0 mtu" in udev["applied"]
+    assert {p: (net / p / "mtu").read_text() for p in ("bond0", *BONDED)} == dict.fromkeys(("bond0", *BONDED), "9000\n")
+    _, settled = program(at_boot, "--check-json", config)
+    assert not any(c["what"].endswith(" mtu") for c in settled["changes"])
+
+
+def test_the_udev_rule_reapplies_when_an_rdma_device_a_bond_or_a_vlan_appears():
+    """A net device's uevent carries DEVTYPE from its device_type: "bond" (drivers/net/bonding/bond_main.c) or "vlan"
+    (net/8021q/vlan_dev.c); drivers/base/core.c, dev_uevent."""
+    run = f'RUN+="/bin/systemctl --no-block restart {nic.UNIT}"'
+    rules = [line for line in nic.udev_rule_text().splitlines() if not line.startswith("#")]
+    assert rules == [f'ACTION=="add", SUBSYSTEM=="infiniband", {run}',
+                     f'ACTION=="add", SUBSYSTEM=="net", ENV{{DEVTYPE}}=="bond|vlan", {run}']
