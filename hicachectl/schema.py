@@ -467,7 +467,7 @@ ALSO_READS: dict[str, tuple[str, ...]] = {
     "preflight": ("hicache_base_dir", "hicache_cache_dir", "hicache_container_runtime", "hicache_size_gb", "hicache_tp_size") + _STORAGE,
     "nic_tuning": ("hicache_storage_localports", "hicache_storage_remoteports", "hicache_storage_server", "hicache_storage_type", "hicache_strict"),
     "storage": ("hicache_cache_dir", "hicache_strict"),
-    "host_limits": ("hicache_container_runtime", "hicache_strict"),
+    "host_limits": ("hicache_container_runtime", "hicache_container_ulimits", "hicache_strict"),
     "container_runtime": ("hicache_container_runtime", "hicache_limits_restart_runtime", "hicache_limits_runtime_service", "hicache_strict"),
     "sglang_image": ("hicache_container_runtime", "hicache_image", "hicache_strict"),
     "model": ("hicache_container_runtime", "hicache_model_dir", "hicache_strict"),
