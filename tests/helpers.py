@@ -12,6 +12,15 @@ def _host_vars(name: str) -> tuple[str, dict]:
     return host, variables
 
 
+def profile_vars(name: str) -> dict:
+    """A shipped profile's group variables, as written (inventories/<name>/group_vars/all.yml)."""
+    import pathlib
+
+    import yaml
+
+    return yaml.safe_load((pathlib.Path(__file__).resolve().parents[1] / "inventories" / name / "group_vars" / "all.yml").read_text())
+
+
 def filled_in(group_vars: dict) -> dict:
     """A shipped profile's variables with its documentation placeholders filled in, as an operator must before
     validate or any command that reaches hosts accepts them (render reads the profile as it is)."""

@@ -18,7 +18,7 @@ import subprocess
 
 import pytest
 import yaml
-from helpers import filled_in
+from helpers import filled_in, profile_vars
 from support import ROOT, cli
 
 from hicachectl import launch, render, rules, secrets, tunnel
@@ -29,7 +29,7 @@ OBJ_SECRET = "OBJsecretKEY9876543210"
 ADMIN_KEY = "adminKEY'\"$x:5566"  # quotes, $ and : : verbatim through server_secrets.yaml (JSON, read by SGLang as YAML)
 SECRET_VALUES = (TOKEN, ENV_SECRET, OBJ_SECRET, ADMIN_KEY)
 
-VAST = filled_in(yaml.safe_load((ROOT / "inventories/vast/group_vars/all.yml").read_text()))
+VAST = filled_in(profile_vars("vast"))
 SECRET_VARS = {
     **VAST,
     "hicache_model_hub_token": TOKEN,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from helpers import deployment, filled_in
+from helpers import deployment, filled_in, profile_vars
 from support import ROOT
 
 from hicachectl import storage
@@ -156,12 +156,8 @@ def test_a_host_upgraded_from_0_1_0_gets_the_kernels_tcp_slot_tables_back_live()
     spec = importlib.util.spec_from_file_location("hicache_filter_reads", ROOT / "plugins/filter/hicache.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert storage.OLD_SUNRPC_MODPROBE_FILE in module.hicache_host_reads(filled_in(_vast_group_vars()), "gpu-1")["files"]
+    assert storage.OLD_SUNRPC_MODPROBE_FILE in module.hicache_host_reads(filled_in(profile_vars("vast")), "gpu-1")["files"]
 
-
-def _vast_group_vars() -> dict:
-    import yaml
-    return yaml.safe_load((ROOT / "inventories/vast/group_vars/all.yml").read_text())
 
 
 def test_a_vast_multipath_mount_has_the_driver_show_its_sunrpc_id_for_the_multipath_proof():

@@ -11,10 +11,10 @@ import sys
 
 import pytest
 import yaml
-from helpers import filled_in
+from helpers import filled_in, profile_vars
 from support import ROOT, cli, cli_json
 
-VALID = filled_in(yaml.safe_load((ROOT / "inventories/vast/group_vars/all.yml").read_text()))
+VALID = filled_in(profile_vars("vast"))
 ADP = yaml.safe_load((ROOT / "inventories/adp/group_vars/all.yml").read_text())
 NETAPP = yaml.safe_load((ROOT / "inventories/netapp/group_vars/all.yml").read_text())
 GDS_MT_MANY = {"plugin": {"gds_mt": {"thread_count": "many", "active": True}}}
