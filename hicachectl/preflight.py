@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from hicachectl import storage
+from hicachectl.rules.tiers import host_pool_ranks
 
 OK, MISSING, WARN, INFO, NOT_NEEDED = "ok", "missing", "warn", "info", "not needed"
 NOT_CHECKED = "not checked"  # the host cannot tell yet (e.g. the VAST driver's version before sunrpc is loaded)
@@ -286,10 +287,12 @@ def judge(facts: dict[str, Any], d, ansible_version: str | None = None) -> list[
     checks.append(Check("disk", OK if enough else MISSING, f"{disk.get('free_gb')} GB free at {disk.get('path')} (want {d.preflight_min_free_gb})", required=True))
     mem = facts.get("mem_total_gb")
     if d.size_gb:
-        pool = d.size_gb * (d.tp_size or 1)
+        ranks, how = host_pool_ranks(d)  # validate's rule: --hicache-size is per rank
+        pool = d.size_gb * ranks
         fits = mem is not None and mem >= pool + d.host_ram_headroom_gb
         checks.append(Check("host_ram", OK if fits else MISSING,
-                            f"{mem} GB RAM for a {pool} GB host pool + {d.host_ram_headroom_gb} GB headroom", required=True))
+                            f"{mem} GB RAM for a {pool} GB host pool ({d.size_gb} GB x {how}) + {d.host_ram_headroom_gb} GB headroom",
+                            required=True))
     else:
         checks.append(Check("host_ram", INFO, f"{mem} GB RAM (host pool sized by ratio)"))
     checks.append(runtime_check(facts, d))

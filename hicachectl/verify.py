@@ -89,8 +89,9 @@ def storage_backend_check(d, answer: Mapping[str, Any] | None, info: Mapping[str
         if attached != want:
             return _check(L3_BACKEND, FAIL, f"{attached} attached at runtime, the inventory says {want} (GET {STORAGE_BACKEND_PATH})", fix + ".")
         drift = [f"{what} {body[field]} (inventory: {wanted})" for field, what, wanted in
-                 (("hicache_write_policy", "write policy", d.write_policy), ("hicache_storage_prefetch_policy", "prefetch policy", d.prefetch_policy))
-                 if wanted is not None and body.get(field) not in (None, wanted)]
+                 (("hicache_write_policy", "write policy", d.write_policy or SGLANG_WRITE_POLICY),
+                  ("hicache_storage_prefetch_policy", "prefetch policy", d.prefetch_policy or SGLANG_PREFETCH_POLICY))
+                 if body.get(field) not in (None, wanted)]
         if "hicache_storage_backend_extra_config" in body and not _same_extra_config(d, body.get("hicache_storage_backend_extra_config")):
             drift.append("another backend config than the inventory's (its hicache_extra_config)")
         if drift:
@@ -149,7 +150,8 @@ def plan(d, salt: str, writer=None) -> dict[str, Any]:
     the host whose server writes this host's proof prompt to the shared L3 (None or `d`: this host's own)."""
     writer = writer or d
     pages = max(d.page_size or 1, writer.page_size or 1)
-    words = max(L3_PAGES * pages + pages // 2, 256)
+    # longer than SGLang's prefetch threshold on both servers, below which a prefix is never loaded from L3
+    words = max(L3_PAGES * pages + pages // 2, prefetch_threshold(d) + pages, prefetch_threshold(writer) + pages)
     # New to every server of the share: the host's name and the run's id come first (prompts.prompt).
     text = prompts.prompt(f"hicache-verify-l3-{d.inventory_host}-{salt}", words)
     return {

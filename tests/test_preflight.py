@@ -227,3 +227,13 @@ def test_vastnfs_installed_behind_the_kernels_own_loaded_sunrpc_cannot_mount_and
     assert judged["vastnfs"].status == preflight.MISSING and "vastnfs-ctl reload" in judged["vastnfs"].detail
     # before the first mount with nothing loaded yet, the mount loads it (as before)
     assert preflight.can_mount(INSTALLED_NOT_LOADED, deployment("vast"))[0] is True
+
+
+def test_the_host_pool_counts_every_rank_as_validate_does():
+    """--hicache-size is per rank: a TP 2 x PP 2 server pins four pools, not two (validate's host_pool_ranks)."""
+    facts = {**FULL, "mem_total_gb": 200}
+    fits = preflight.report(facts, deployment("local", size_gb=60, tp_size=2, host_ram_headroom_gb=16))
+    pipeline = preflight.report(facts, deployment("local", size_gb=60, tp_size=2, pp_size=2, host_ram_headroom_gb=16))
+    ram = {name: next(c for c in r["checks"] if c["item"] == "host_ram") for name, r in (("tp", fits), ("pp", pipeline))}
+    assert ram["tp"]["status"] == preflight.OK, ram
+    assert ram["pp"]["status"] == preflight.MISSING and "240 GB host pool (60 GB x 2 TP x 2 PP ranks)" in ram["pp"]["detail"], ram

@@ -1,6 +1,6 @@
 """The router (hicachectl/router.py, plugins/modules/hicache_router_worker.py): worker URLs, the router's command line
 and unit, verify's judgement, and the worker module's decisions against a fake router API. Fast: no router runs here
-(molecule/router runs the real sglang-router)."""
+(molecule/router and tests/fleet/test_fleet_router.py run the real router of the default package, smg)."""
 
 from __future__ import annotations
 

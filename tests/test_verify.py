@@ -391,3 +391,25 @@ def test_the_plan_asks_it_with_the_admin_key_the_inventory_gives():
 def test_nothing_written_after_a_detach_says_so(local):
     result = verify.judge(local, observations(local, storage_backend=attached(None), fill_metrics=answered(content=metrics_text())), l3=True)
     assert "was detached at runtime" in failed(result)["L3 write"]["cause"]
+
+
+def test_a_policy_left_unset_is_compared_with_sglangs_default():
+    """The inventory sets no policy: the server runs SGLang's defaults (write_through, timeout), so a policy set at
+    runtime to something else is drift too, not only when the inventory names one."""
+    d = deployment("local", write_policy=None, prefetch_policy=None)
+    assert backend_check(d, verify.judge(d, observations(d, storage_backend=attached("file")), l3=False))["status"] == "pass"
+    for changed, said in ((attached("file", write="write_back"), "write policy write_back (inventory: write_through)"),
+                          (attached("file", prefetch="best_effort"), "prefetch policy best_effort (inventory: timeout)")):
+        check = backend_check(d, verify.judge(d, observations(d, storage_backend=changed), l3=False))
+        assert check["status"] == "fail" and said in check["detail"], check
+
+
+def test_the_proof_prompt_is_longer_than_either_servers_prefetch_threshold():
+    """SGLang loads no prefix shorter than its prefetch threshold from L3: the proof's prompt must outgrow it on the
+    reader and on the writer, or the proof fails whatever the tier does."""
+    reader = deployment("local", extra_config={"prefetch_threshold": 3000})
+    words = len(verify.plan(reader, "salt")["l3_probe"]["messages"][0]["content"].split())
+    assert words >= 3000 + (reader.page_size or 1)
+    writer = deployment("local", extra_config={"prefetch_threshold": 5000})
+    shared = verify.plan(deployment("local"), "salt", writer)
+    assert len(shared["l3_probe"]["messages"][0]["content"].split()) >= 5000
