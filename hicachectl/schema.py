@@ -464,7 +464,8 @@ _STORAGE = tuple(v.name for v in VARIABLES if v.role == "storage")
 # the variables it reads, so it runs alone from a user's playbook with only those set.
 # tests/test_role_variables.py records what each role's plan really reads and holds this to it.
 ALSO_READS: dict[str, tuple[str, ...]] = {
-    "preflight": ("hicache_base_dir", "hicache_cache_dir", "hicache_container_runtime", "hicache_size_gb", "hicache_tp_size") + _STORAGE,
+    "preflight": ("hicache_base_dir", "hicache_cache_dir", "hicache_container_runtime", "hicache_size_gb", "hicache_tp_size",
+                  "hicache_pp_size", "hicache_dp_size", "hicache_enable_dp_attention") + _STORAGE,
     "nic_tuning": ("hicache_storage_localports", "hicache_storage_remoteports", "hicache_storage_server", "hicache_storage_type", "hicache_strict"),
     "storage": ("hicache_cache_dir", "hicache_strict"),
     "host_limits": ("hicache_container_runtime", "hicache_container_ulimits", "hicache_strict"),
