@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from hicachectl import verify
 from hicachectl.metrics import SCHEDULER_ONCE, STORAGE_ONCE
 
 SERVER_JOB = "hicache-sglang"
@@ -119,7 +120,7 @@ def server_target(inventory_name: str, d: Any, connection: Mapping[str, Any]) ->
     if not d.storage_backend:
         notes.append(f"{d.inventory_host}: no hicache_storage_backend: the L3 panels and alerts stay empty for it.")
     labels = {"inventory": inventory_name, "inventory_host": d.inventory_host, "served_model": str(d.served_name),
-              "hicache_write_policy": d.write_policy or "write_through",  # SGLang's default policy
+              "hicache_write_policy": verify.write_policy(d),
               "hicache_storage_backend": d.storage_backend or "none"}
     return Target(_hostport(host, d.effective_port), labels), notes
 

@@ -89,8 +89,8 @@ def storage_backend_check(d, answer: Mapping[str, Any] | None, info: Mapping[str
         if attached != want:
             return _check(L3_BACKEND, FAIL, f"{attached} attached at runtime, the inventory says {want} (GET {STORAGE_BACKEND_PATH})", fix + ".")
         drift = [f"{what} {body[field]} (inventory: {wanted})" for field, what, wanted in
-                 (("hicache_write_policy", "write policy", d.write_policy or SGLANG_WRITE_POLICY),
-                  ("hicache_storage_prefetch_policy", "prefetch policy", d.prefetch_policy or SGLANG_PREFETCH_POLICY))
+                 (("hicache_write_policy", "write policy", write_policy(d)),
+                  ("hicache_storage_prefetch_policy", "prefetch policy", prefetch_policy(d)))
                  if body.get(field) not in (None, wanted)]
         if "hicache_storage_backend_extra_config" in body and not _same_extra_config(d, body.get("hicache_storage_backend_extra_config")):
             drift.append("another backend config than the inventory's (its hicache_extra_config)")
@@ -264,6 +264,16 @@ SGLANG_WRITE_POLICY = "write_through"
 SGLANG_PREFETCH_THRESHOLD = 256
 
 
+def write_policy(d) -> str:
+    """The write policy the server runs with: the inventory's, else SGLang's default."""
+    return d.write_policy or SGLANG_WRITE_POLICY
+
+
+def prefetch_policy(d) -> str:
+    """The prefetch policy the server runs with: the inventory's, else SGLang's default."""
+    return d.prefetch_policy or SGLANG_PREFETCH_POLICY
+
+
 def prefetch_threshold(d) -> int:
     """Tokens below which SGLang does not load a prefix from L3 at all (unified_radix_cache.py: len(prefetch_key) <
     prefetch_threshold returns); the controller takes max(prefetch_threshold, page_size)."""
@@ -294,7 +304,7 @@ def _l3_write(d, writer, obs: Mapping[str, Any]) -> tuple[dict[str, str], bool]:
     if written is not None and written >= page:
         return _check("L3 write", PASS, f"{written:.0f} of {prompt_tokens} prompt tokens written to L3{by}"), True
     info = _json(obs.get("writer_info") if writer is not d else obs.get("info_before"))
-    policy = (info.get("hicache_write_policy") if isinstance(info, dict) else None) or writer.write_policy or SGLANG_WRITE_POLICY  # what runs
+    policy = (info.get("hicache_write_policy") if isinstance(info, dict) else None) or write_policy(writer)  # what runs
     own = _json(obs.get("info_before")) if writer is d else None
     if writer is d and detached(storage_backend_check(d, obs.get("storage_backend"), own if isinstance(own, dict) else None)):
         cause = (f"the storage backend {d.storage_backend} was detached at runtime (GET {STORAGE_BACKEND_PATH} answers none): the server "
@@ -371,7 +381,7 @@ def l3_checks(d, obs: Mapping[str, Any], writer=None) -> list[dict[str, str]]:
     elif dropped > 0:
         cause = f"{dropped:.0f} tokens were dropped from the host pool: it is too small to stage the pages; raise hicache_size_gb (see `hicachectl size`)."
     elif unfulfilled > 0:
-        cause = f"{unfulfilled:.0f} tokens were not prefetched in time (prefetch policy {d.prefetch_policy or SGLANG_PREFETCH_POLICY}): L3 reads are too slow or the host pool too small."
+        cause = f"{unfulfilled:.0f} tokens were not prefetched in time (prefetch policy {prefetch_policy(d)}): L3 reads are too slow or the host pool too small."
     elif shared:
         cause = (f"{writer.inventory_host} wrote the pages and {d.inventory_host} runs the same page format and namespace, yet found none: "
                  f"the tier is not really shared (is hicache_cache_dir {d.cache_dir} on {d.inventory_host} the same export as "
