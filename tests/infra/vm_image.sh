@@ -2,11 +2,12 @@
 # The VM test hosts' image: Debian bookworm with Debian's own kernel (linux-image-amd64), systemd and udev, sshd,
 # python3, the NFS client and server (nfs-common, nfs-kernel-server), rdma-core (Soft-RoCE: rdma_rxe) and the Docker
 # engine (docker.io), built locally with mmdebstrap. Prints the directory holding vmlinuz, initrd.img and root.qcow2.
-# `--packages`: only install what it needs (below). Re-runs are instant: the directory carries this script's hash, so editing the script rebuilds (about 3-4 minutes).
+# `--packages`: only install what it needs (below). Re-runs are instant: the directory carries the hash of this script
+# and of the files it puts in the image, so editing any of them rebuilds (about 3-4 minutes).
 #
 # Test bed only, for speed: the guest's python3 keeps the bytecode of what it compiles from a zip (Ansible's module
-# payloads), as it keeps any file's in __pycache__ (vm_guest/hicache_testbed_pyc.py): under TCG that compilation was
-# about half of each task's guest CPU (6.5 s of a stat task, 3.6 s with the cache, measured here).
+# payloads), as it keeps any file's in __pycache__ (testbed_pyc/, in the test-host image too): under TCG that
+# compilation was about half of each task's guest CPU (6.5 s of a stat task, 3.6 s with the cache, measured here).
 #
 # The image knows no host: each VM gets its identity from the kernel command line (tests/infra/vm.py boots it with
 # -kernel/-initrd/-append), read by hicache-testbed-identity.service at every boot:
@@ -17,7 +18,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cache="${HICACHE_CACHE:-$HOME/.cache/hicache-deploy}/images"
-tag="$(cat "$here/vm_image.sh" "$here"/vm_guest/* | sha256sum | cut -c1-12)"
+tag="$(cat "$here/vm_image.sh" "$here"/vm_guest/* "$here"/testbed_pyc/* | sha256sum | cut -c1-12)"
 out="$cache/vm-$tag"
 
 # QEMU and the builders, from Debian. `vm_image.sh --packages` installs them and stops: tests/run does so before it
@@ -54,8 +55,8 @@ mmdebstrap --variant=apt --include="$include" \
   --customize-hook='upload '"$here"'/vm_guest/hicache-testbed-identity.service "/etc/systemd/system/hicache-testbed-identity.service"' \
   --customize-hook='upload '"$here"'/vm_guest/10-management.network "/etc/systemd/network/10-management.network"' \
   --customize-hook='chmod 0755 "$1/usr/local/sbin/hicache-testbed-identity"' \
-  --customize-hook='upload '"$here"'/vm_guest/hicache_testbed_pyc.py "/usr/lib/python3/dist-packages/hicache_testbed_pyc.py"' \
-  --customize-hook='upload '"$here"'/vm_guest/hicache-testbed-pyc.pth "/usr/lib/python3/dist-packages/hicache-testbed-pyc.pth"' \
+  --customize-hook='upload '"$here"'/testbed_pyc/hicache_testbed_pyc.py "/usr/lib/python3/dist-packages/hicache_testbed_pyc.py"' \
+  --customize-hook='upload '"$here"'/testbed_pyc/hicache-testbed-pyc.pth "/usr/lib/python3/dist-packages/hicache-testbed-pyc.pth"' \
   --customize-hook='chroot "$1" systemctl enable ssh.service systemd-networkd.service hicache-testbed-identity.service' \
   --customize-hook='chroot "$1" systemctl disable docker.service docker.socket containerd.service nfs-server.service' \
   --customize-hook='chroot "$1" systemctl mask apt-daily.timer apt-daily-upgrade.timer man-db.timer e2scrub_all.timer fstrim.timer e2scrub_reap.service nfs-blkmap.service systemd-binfmt.service' \

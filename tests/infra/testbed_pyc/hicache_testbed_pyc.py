@@ -1,11 +1,13 @@
-"""Test bed only (tests/infra/vm_image.sh puts it in the VM image; never part of hicache-deploy).
+"""Test bed only (tests/infra/vm_image.sh and base_image.sh put it in the VM and test-host images; never part of
+hicache-deploy).
 
 Ansible sends each task's module with its module_utils as a zip, which Python's zipimport compiles from source on every
 task: it cannot keep bytecode as it does for a file in __pycache__. Under TCG that compilation costs the guest seconds
 of CPU per task. This keeps the bytecode of a zip member by the hash of its source, as __pycache__ would; the module
-runs the same code. Loaded at every start of the guest's python3 through hicache-testbed-pyc.pth (a .pth line that imports it)."""
+runs the same code. Loaded at every start of the test host's python3 through hicache-testbed-pyc.pth (a .pth line
+that imports it); hashlib is imported at the first zip member, not at every start (loading libcrypto cost a TCG guest
+0.3 s of CPU per python3, measured with -X importtime)."""
 
-import hashlib
 import marshal
 import os
 import sys
@@ -21,6 +23,8 @@ def _with_filename(code, filename):
 
 
 def _cached_compile(pathname, source):
+    import hashlib
+
     data = source if isinstance(source, bytes) else source.encode()
     key = hashlib.sha256(data).hexdigest()
     path = os.path.join(CACHE, f"{key}.{sys.implementation.cache_tag}.opt{sys.flags.optimize}")
