@@ -361,7 +361,10 @@ def l3_checks(d, obs: Mapping[str, Any], writer=None) -> list[dict[str, str]]:
         return checks + [_check(name, PASS, detail + (f", written by {writer.inventory_host}" if shared else ""))]
     keys = _keys_changed(_json(obs.get("info_before")), info_after)
     dropped = metrics.delta(after, before, lambda t: metrics.total(t, metrics.BACKUP_DROPPED)) or 0
-    unfulfilled = metrics.delta(after, before, lambda t: metrics.total(t, metrics.PREFETCH_UNFULFILLED)) or 0
+    # Found in L3 but fewer tokens than the prefetch threshold, so SGLang loaded none (unified_radix_cache.py, 0.5.23:
+    # reason below_threshold); the other reasons are reads that did not finish or had no room.
+    below = metrics.delta(after, before, lambda t: metrics.total(t, metrics.PREFETCH_UNFULFILLED, reason="below_threshold")) or 0
+    unfulfilled = (metrics.delta(after, before, lambda t: metrics.total(t, metrics.PREFETCH_UNFULFILLED)) or 0) - below
     if keys:
         cause = f"the server came back with a different {' and '.join(keys)}: both are part of every L3 key, so the keys differ and nothing can hit. Deploy the inventory's config (start.sh changed on disk?)."
     elif _status(reuse) != 200:
@@ -374,6 +377,10 @@ def l3_checks(d, obs: Mapping[str, Any], writer=None) -> list[dict[str, str]]:
         cause = (f"the prompt ({prompt_tokens} tokens) is shorter than SGLang's prefetch threshold ({prefetch_threshold(d)} tokens: "
                  "hicache_extra_config.prefetch_threshold, 256 by default, at least a page), below which a prefix is not loaded from "
                  "L3 at all; verify with a longer prompt, or lower prefetch_threshold.")
+    elif (hits or 0) == 0 and below > 0:
+        cause = (f"only {below:.0f} of the prompt's {prompt_tokens} tokens were found in L3, fewer than SGLang's prefetch threshold "
+                 f"({prefetch_threshold(d)} tokens), so none were loaded: most pages written before the restart are gone "
+                 "(evicted, e.g. by NIXL's L3 cleaner, or pruned) or were written under other keys.")
     elif (hits or 0) > 0:
         cause = (f"only {hits:.0f} of {prompt_tokens} prompt tokens came from storage (the proof needs {needed}): those may be pages "
                  f"{d.inventory_host} wrote itself before (a chat template's), not the proof's "

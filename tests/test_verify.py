@@ -15,8 +15,9 @@ def answered(status=200, json=None, content=None):
     return {"status": status, "json": json, "content": content}
 
 
-def metrics_text(backuped=0, storage=0, dropped=0, unfulfilled=0):
-    return (f'sglang:backuped_tokens_total{{storage_backend="file",tp_rank="0"}} {backuped}\n'
+def metrics_text(backuped=0, storage=0, dropped=0, unfulfilled=0, below_threshold=0):
+    return (f'sglang:storage_prefetch_unfulfilled_tokens_total{{reason="below_threshold",tp_rank="0"}} {below_threshold}\n'
+            f'sglang:backuped_tokens_total{{storage_backend="file",tp_rank="0"}} {backuped}\n'
             f'sglang:backuped_tokens_total{{storage_backend="file",tp_rank="1"}} {backuped}\n'
             f'sglang:cached_tokens_total{{cache_source="storage"}} {storage}\n'
             f'sglang:hicache_backup_dropped_tokens_total{{tp_rank="0"}} {dropped}\n'
@@ -413,3 +414,13 @@ def test_the_proof_prompt_is_longer_than_either_servers_prefetch_threshold():
     writer = deployment("local", extra_config={"prefetch_threshold": 5000})
     shared = verify.plan(deployment("local"), "salt", writer)
     assert len(shared["l3_probe"]["messages"][0]["content"].split()) >= 5000
+
+
+def test_a_hit_below_the_prefetch_threshold_is_named_not_called_slow(local):
+    """SGLang loads no hit shorter than its prefetch threshold and counts it unfulfilled with reason below_threshold:
+    that is pages gone from the tier, not a read too slow for the prefetch policy."""
+    result = verify.judge(local, observations(local, reuse=chat(300, cached=0),
+                                              reuse_metrics=answered(content=metrics_text(backuped=256, below_threshold=128))), l3=True)
+    cause = failed(result)["L3 hit after restart"]["cause"]
+    assert "only 128 of the prompt's 300 tokens were found in L3, fewer than SGLang's prefetch threshold (256 tokens)" in cause
+    assert "not prefetched in time" not in cause
