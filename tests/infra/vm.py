@@ -24,8 +24,13 @@ import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 MANAGEMENT_MAC = "52:54:00:00:00:01"
+# ConnectTimeout also bounds the wait for sshd's banner. A TCG guest starved by a loaded machine takes longer than 5 s to
+# answer: measured with 20 busy sessions beside one guest, every connection gave up at 5.1 s while a patient one got in
+# after 90 s, and in a six-stream run two beds never got SSH in 420 s although their guests had booted to a login
+# prompt (2026-12-02). A guest that is down answers at once (QEMU refuses or resets the forward), so waiting is cheap.
+CONNECT_TIMEOUT = 120
 SSH_OPTIONS = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-               "-o", "ConnectTimeout=5", "-o", "LogLevel=ERROR"]
+               "-o", f"ConnectTimeout={CONNECT_TIMEOUT}", "-o", "LogLevel=ERROR"]
 # A TCG guest spends about 1.5 s of CPU on each new SSH connection (sshd's re-exec, key exchange, PAM) and about 0.15 s
 # on a command over an open one (measured here with the guest's QEMU process's CPU time), and the tests run hundreds of
 # commands: so each VM's commands share one connection (OpenSSH's multiplexing). ServerAlive ends a master whose guest
@@ -134,7 +139,7 @@ class VM:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name}: QEMU exited ({self.proc.returncode}); see {self.console}")
             try:
-                if self.ssh("true", timeout=15).returncode == 0:
+                if self.ssh("true", timeout=CONNECT_TIMEOUT + 30).returncode == 0:
                     return self
             except subprocess.TimeoutExpired:
                 pass
@@ -153,7 +158,7 @@ class VM:
         while time.monotonic() < deadline:
             time.sleep(3)
             try:
-                proc = self.ssh("cat /proc/sys/kernel/random/boot_id", timeout=15)
+                proc = self.ssh("cat /proc/sys/kernel/random/boot_id", timeout=CONNECT_TIMEOUT + 30)
             except subprocess.TimeoutExpired:
                 continue
             if proc.returncode == 0 and proc.stdout.strip() != before:

@@ -122,7 +122,9 @@ def vm_inventory(path: pathlib.Path, vm, key: pathlib.Path, variables: dict) -> 
     """An inventory of one VM, reached over its SSH forward on 127.0.0.1, with `variables` for all."""
     host = {"ansible_host": "127.0.0.1", "ansible_port": vm.ssh_port, "ansible_user": "root",
             "ansible_ssh_private_key_file": str(key), "ansible_python_interpreter": "/usr/bin/python3",
-            "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"}
+            "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
+            # Ansible's ConnectTimeout (10 s by default) for a guest a loaded machine starves (tests/infra/vm.py CONNECT_TIMEOUT)
+            "ansible_ssh_timeout": vmlib.CONNECT_TIMEOUT}
     path.write_text(yaml.safe_dump({"all": {"hosts": {vm.name: host}, "vars": variables}}))
     return path
 
