@@ -53,18 +53,41 @@ def chat(port, prompt, model="m"):
 @pytest.mark.slow  # SGLang's storage backends: a start imports torch and SGLang (5-20 s here)
 def test_l3_hits_survive_a_restart_and_depend_on_name_and_page_size(standin, sglang_env):
     args = ("--served-model-name", "m", "--page-size", "4", "--hicache-storage-backend", "file", "--enable-metrics", "--enable-cache-report")
-    prompt = " ".join(f"w{i}" for i in range(40))
+    prompt = " ".join(f"w{i}" for i in range(300))  # above SGLang's prefetch threshold (256 tokens)
     port, proc = standin(*args, env=sglang_env)
     ready(port)
     assert chat(port, prompt)["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
     assert "sglang:backuped_tokens_total" in get(f"http://127.0.0.1:{port}/metrics")[1]
     proc.kill()
     port, _ = standin(*args, env=sglang_env)
-    assert chat(ready(port), prompt)["usage"]["prompt_tokens_details"]["cached_tokens"] == 40
-    assert 'sglang:cached_tokens_total{cache_source="storage"} 40' in get(f"http://127.0.0.1:{port}/metrics")[1]
+    assert chat(ready(port), prompt)["usage"]["prompt_tokens_details"]["cached_tokens"] == 300
+    assert 'sglang:cached_tokens_total{cache_source="storage"} 300' in get(f"http://127.0.0.1:{port}/metrics")[1]
     other_page, _ = standin("--served-model-name", "m", "--page-size", "8", "--hicache-storage-backend", "file", "--enable-cache-report", env=sglang_env)
     ready(other_page)
     assert chat(other_page, prompt)["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+
+
+@pytest.mark.slow  # SGLang's storage backends: a start imports torch and SGLang (5-20 s here)
+def test_a_prefix_below_sglangs_prefetch_threshold_is_not_loaded_from_l3(standin, sglang_env):
+    """SGLang 0.5.23 (managers/cache_controller.py, mem_cache/unified_radix_cache.py): the threshold is
+    max(prefetch_threshold, page size), 256 tokens by default; fewer new tokens are not looked up in L3, and a hit of
+    fewer tokens is not loaded but counted unfulfilled, reason below_threshold. The extra config's prefetch_threshold
+    lowers it."""
+    from hicachectl import metrics
+    args = ("--served-model-name", "m", "--page-size", "4", "--hicache-storage-backend", "file", "--enable-metrics", "--enable-cache-report")
+    short = " ".join(f"p{i}" for i in range(200))  # 50 pages
+    longer = short + " " + " ".join(f"q{i}" for i in range(100))  # the same 50 pages, then 25 new ones
+    port, _ = standin(*args, env=sglang_env)
+    assert chat(ready(port), short)["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert metrics.total(get(f"http://127.0.0.1:{port}/metrics")[1], metrics.BACKUPED) == 200  # written through
+    assert chat(port, short)["usage"]["prompt_tokens_details"]["cached_tokens"] == 0  # too short to be looked up
+    assert metrics.total(get(f"http://127.0.0.1:{port}/metrics")[1], metrics.STORAGE_HITS) == 0
+    assert chat(port, longer)["usage"]["prompt_tokens_details"]["cached_tokens"] == 0  # 200 found, fewer than 256: not loaded
+    text = get(f"http://127.0.0.1:{port}/metrics")[1]
+    assert metrics.total(text, metrics.STORAGE_HITS) == 200 and metrics.total(text, metrics.PREFETCH_UNFULFILLED, reason="below_threshold") == 200
+    assert 'sglang:cached_tokens_total{cache_source="storage"} 0' in text
+    low, _ = standin(*args, "--hicache-storage-backend-extra-config", '{"prefetch_threshold": 64}', env=sglang_env)
+    assert chat(ready(low), short)["usage"]["prompt_tokens_details"]["cached_tokens"] == 200
 
 
 def test_health_while_loading_and_a_server_that_never_becomes_healthy(standin):
@@ -88,14 +111,14 @@ def test_kv_dtype_is_not_keyed_but_tp_rank_and_size_are_like_sglangs_file_backen
     """Two servers on one directory (a shared export): a server with another KV dtype reads the first's pages as its
     own (sglang#33268), one with another TP size finds none (HiCacheFile's suffix _<tp_rank>_<tp_size>)."""
     base = ("--served-model-name", "m", "--page-size", "4", "--hicache-storage-backend", "file", "--enable-cache-report")
-    prompt = " ".join(f"s{i}" for i in range(40))
+    prompt = " ".join(f"s{i}" for i in range(300))
     writer, _ = standin(*base, env=sglang_env)
     info = json.loads(get(f"http://127.0.0.1:{ready(writer)}/server_info")[1])
     assert (info["kv_cache_dtype"], info["tp_size"], info["pp_size"], info["page_size"]) == ("auto", 1, 1, 4)
     assert chat(writer, prompt)["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
     fp8, _ = standin(*base, "--kv-cache-dtype", "fp8_e4m3", env=sglang_env)
     assert json.loads(get(f"http://127.0.0.1:{ready(fp8)}/server_info")[1])["kv_cache_dtype"] == "fp8_e4m3"
-    assert chat(fp8, prompt)["usage"]["prompt_tokens_details"]["cached_tokens"] == 40  # stale format, read as its own
+    assert chat(fp8, prompt)["usage"]["prompt_tokens_details"]["cached_tokens"] == 300  # stale format, read as its own
     tp2, _ = standin(*base, "--tp-size", "2", env=sglang_env)
     assert json.loads(get(f"http://127.0.0.1:{ready(tp2)}/server_info")[1])["tp_size"] == 2
     assert chat(tp2, prompt)["usage"]["prompt_tokens_details"]["cached_tokens"] == 0  # TP is keyed: TP 1's pages are not its own
@@ -108,6 +131,7 @@ def test_kv_dtype_is_not_keyed_but_tp_rank_and_size_are_like_sglangs_file_backen
 FILE_NAME = re.compile(r"(?P<key>[0-9a-f]{64})_org-m_(?P<rank>[01])_2\.bin")
 NIXL_NAME = re.compile(r"(?P<bucket>[0-9a-f]{2})/(?P<key>[0-9a-f]{64})_org-m_(?P<rank>[01])_2_(?P<part>[kv])")
 PAGE_BYTES = 2 * 4 * 1 * 128 * 2 * 16  # k and v x 4 layers x 1 head x dim 128 x bf16 x 16 tokens (sglang_pages.MODEL)
+PAGES = 17  # 272 tokens: above SGLang's prefetch threshold (256), below which nothing is loaded from L3
 
 
 def nixl_bucket(name):
@@ -118,7 +142,7 @@ def nixl_bucket(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["file", "nixl"])
 def test_pages_on_the_tier_have_sglangs_names_and_layout(standin, sglang_env, tmp_path, backend):
-    """A TP 2 server writes 3 pages of 16 tokens: the files are SGLang's, per page and rank (and k/v part for nixl),
+    """A TP 2 server writes 17 pages of 16 tokens (above SGLang's prefetch threshold): the files are SGLang's, per page and rank (and k/v part for nixl),
     with the page's bytes; a restarted server reads them back. The stand-in's old store (flat <sha256> files) fails here."""
     tier = tmp_path / backend
     env = {**sglang_env, "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR": str(tier), "SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR": str(tier)}
@@ -129,24 +153,24 @@ def test_pages_on_the_tier_have_sglangs_names_and_layout(standin, sglang_env, tm
         if backend == "nixl" else ()
     args = ("--served-model-name", "org/m", "--page-size", "16", "--tp-size", "2", "--hicache-storage-backend", backend, *extra,
             "--enable-cache-report")
-    prompt = " ".join(f"t{i}" for i in range(16 * 3 + 5))  # 3 full pages, 5 tokens left over (never stored)
+    prompt = " ".join(f"t{i}" for i in range(16 * PAGES + 5))  # full pages, 5 tokens left over (never stored)
     port, proc = standin(*args, env=env)
     assert chat(ready(port), prompt, model="org/m")["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
     files = sorted(str(p.relative_to(tier)) for p in tier.rglob("*") if p.is_file())
     if backend == "file":
         matched = [FILE_NAME.fullmatch(f) for f in files]
-        assert all(matched) and len(files) == 3 * 2, files  # a file per page and rank
+        assert all(matched) and len(files) == PAGES * 2, files  # a file per page and rank
         assert all((tier / f).stat().st_size == PAGE_BYTES for f in files)
     else:
         matched = [NIXL_NAME.fullmatch(f) for f in files]
-        assert all(matched) and len(files) == 3 * 2 * 2, files  # a file per page, rank and part
+        assert all(matched) and len(files) == PAGES * 2 * 2, files  # a file per page, rank and part
         assert all(m["bucket"] == nixl_bucket(f.split("/")[1]) for m, f in zip(matched, files, strict=True))
         assert all((tier / f).stat().st_size == PAGE_BYTES // 2 for f in files)
         assert sorted(p.name for p in tier.iterdir()) == [f"{i:02x}" for i in range(256)]  # NIXL creates every bucket
-    assert len({m["key"] for m in matched}) == 3 and {m["rank"] for m in matched} == {"0", "1"}
+    assert len({m["key"] for m in matched}) == PAGES and {m["rank"] for m in matched} == {"0", "1"}
     proc.kill()
     again, _ = standin(*args, env=env)
-    assert chat(ready(again), prompt, model="org/m")["usage"]["prompt_tokens_details"]["cached_tokens"] == 3 * 16
+    assert chat(ready(again), prompt, model="org/m")["usage"]["prompt_tokens_details"]["cached_tokens"] == PAGES * 16
 
 
 def call(url, method="GET", key=None):
@@ -191,14 +215,15 @@ def test_a_detach_shows_in_the_storage_backend_api_and_stops_l3_and_verify_names
     d = deployment("local", page_size=4, storage_backend="file")
     code, body = call(url, key="k")
     assert verify.storage_backend_check(d, {"status": code, "json": json.loads(body)})["status"] == "pass"
-    assert chat(port, " ".join(f"a{i}" for i in range(16)))["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    long_a = " ".join(f"a{i}" for i in range(300))  # above SGLang's prefetch threshold: read from L3 while attached
+    assert chat(port, long_a)["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
     text = get(f"http://127.0.0.1:{port}/metrics")[1]
     assert text.count("sglang:backuped_tokens_total{") == 4 and 'pp_rank="1",pp_size="2",attn_cp_rank="0"' in text
-    assert metrics.total(text, metrics.BACKUPED) == 16
+    assert metrics.total(text, metrics.BACKUPED) == 300
     assert call(url, "DELETE", key="k") == (200, "HiCache storage backend detached.\n")
     code, body = call(url, key="k")
     check = verify.storage_backend_check(d, {"status": code, "json": json.loads(body)})
     assert check["status"] == "fail" and "file was detached at runtime" in check["detail"]
-    assert chat(port, " ".join(f"a{i}" for i in range(16)))["usage"]["prompt_tokens_details"]["cached_tokens"] == 0  # no L3 read
-    chat(port, " ".join(f"b{i}" for i in range(16)))
-    assert metrics.total(get(f"http://127.0.0.1:{port}/metrics")[1], metrics.BACKUPED) == 16  # nothing written since
+    assert chat(port, long_a)["usage"]["prompt_tokens_details"]["cached_tokens"] == 0  # no L3 read (300 before the detach)
+    chat(port, " ".join(f"b{i}" for i in range(300)))
+    assert metrics.total(get(f"http://127.0.0.1:{port}/metrics")[1], metrics.BACKUPED) == 300  # nothing written since

@@ -134,9 +134,9 @@ def test_a_changed_kv_dtype_gets_a_new_namespace_and_no_hits_from_the_old_one(sh
     first, odd, third = shared.sorted
     old = inventory(shared, "shared-old")
     deploy(old, limit=odd)  # the three servers alike again
-    prompt = " ".join(f"old-{i}" for i in range(160))  # 10 pages
+    prompt = " ".join(f"old-{i}" for i in range(320))  # 20 pages: above SGLang's prefetch threshold (256 tokens)
     assert ask(shared, first, prompt) == [0, 0]
-    assert ask(shared, third, prompt) == [160, 160]  # the control: same format, the old pages are hits on another server
+    assert ask(shared, third, prompt) == [320, 320]  # the control: same format, the old pages are hits on another server
     old_name = namespace.of(deployment(old, first))
 
     new = inventory(shared, "shared-new", hicache_kv_cache_dtype="fp8_e5m2")
@@ -144,7 +144,7 @@ def test_a_changed_kv_dtype_gets_a_new_namespace_and_no_hits_from_the_old_one(sh
     new_name = namespace.of(deployment(new, first))
     assert new_name != old_name
     assert ask(shared, third, prompt) == [0, 0]  # restarted by the deploy with the new dtype: the old pages are not read
-    assert ask(shared, first, prompt) == [160, 160]  # what third just wrote, in the new namespace
+    assert ask(shared, first, prompt) == [320, 320]  # what third just wrote, in the new namespace
     assert {old_name, new_name} <= {p.name for p in shared.export.iterdir()}
     assert len(list((shared.export / old_name).iterdir())) > 0  # the old pages are still there, only not read
     hosts = verify_l3(new, rc=0)  # and the new namespace is shared as the old one was

@@ -13,7 +13,10 @@ the tests need to observe:
   is: SGLang's file names and directories, keys that hold the served name, page size and TP rank and size (not the
   KV dtype, sglang#33268), pages that survive restarts and that servers on one directory share. Until the backends
   are open /health answers 503 (a server loading); a backend that cannot be opened ends the server, as in SGLang.
-  A warm request's time includes the time the backends took to read its pages from the tier (measured);
+  A warm request's time includes the time the backends took to read its pages from the tier (measured). SGLang's
+  prefetch threshold holds (max(prefetch_threshold, page size), 256 tokens by default): a prompt of fewer full-page
+  tokens is not looked up in L3, and a hit of fewer is not loaded (counted unfulfilled, reason below_threshold);
+  every prompt counts as new to the GPU and host tiers, which the stand-in does not have;
 - /server_info: the server arguments the tests compare (served_model_name, page_size, kv_cache_dtype,
   tp_size, pp_size, revision, hicache_storage_backend, hicache_write_policy), under SGLang's names;
 - the runtime L3 backend API as SGLang 0.5.21-0.5.23 serves it (entrypoints/http_server.py, utils/auth.py): GET
@@ -115,7 +118,7 @@ class Server:
         self.no_backend_api = os.environ.get("STANDIN_NO_STORAGE_BACKEND_API") == "1"
         self.lock = threading.Lock()
         self.gpu = threading.Lock()
-        self.metrics = {"prompt_tokens_total": 0, "storage_hit": 0, "backuped": 0, "requests": 0}
+        self.metrics = {"prompt_tokens_total": 0, "storage_hit": 0, "prefetch_hit": 0, "below_threshold": 0, "backuped": 0, "requests": 0}
         self.l3_seconds = {"cold": [], "warm": []}  # per request: SGLang's backend's lookup, read and write-through
         # Also SGLang's (python/sglang/srt/observability/metrics_collector.py, 0.5.20-0.5.23): the scheduler's
         # running/queued gauges and the tokenizer's TTFT histogram, with SGLang's default TTFT buckets.
@@ -151,13 +154,19 @@ class Server:
                 self.queued -= 1
                 self.running += 1
             started = time.perf_counter()
-            keys, hit_pages = [], 0
+            keys, hit_pages, found = [], 0, 0
             pages = self.pages if self.attached else None  # detached at runtime: no L3 read or write
             if pages:
                 import sglang_pages
                 keys = sglang_pages.page_keys(sglang_pages.token_ids(tokens), self.args.page_size)
-                found = pages.hits(keys)
-                if found:  # read from the tier by SGLang's backend
+                # SGLang 0.5.23's threshold (managers/cache_controller.py: max(prefetch_threshold, page_size)) and its
+                # two uses (mem_cache/unified_radix_cache.py): a prefix of fewer page-aligned new tokens is not looked
+                # up in L3 at all, and a hit of fewer tokens is not loaded ("below_threshold"). Every prompt here is
+                # new to the GPU and host tiers (the stand-in has none), so all its full pages count.
+                threshold = max(pages.prefetch_threshold, self.args.page_size)
+                if len(keys) * self.args.page_size >= threshold:
+                    found = pages.hits(keys)
+                if found * self.args.page_size >= threshold:  # read from the tier by SGLang's backend
                     hit_pages, _ = pages.load(keys[:found])
             cached = hit_pages * self.args.page_size
             written = 0
@@ -170,6 +179,8 @@ class Server:
         with self.lock:
             self.metrics["prompt_tokens_total"] += len(tokens)
             self.metrics["storage_hit"] += cached
+            self.metrics["prefetch_hit"] += found * self.args.page_size  # found in L3, loaded or not
+            self.metrics["below_threshold"] += (found - hit_pages) * self.args.page_size
             self.metrics["backuped"] += written
             self.metrics["requests"] += 1
             if pages:
@@ -200,7 +211,7 @@ class Server:
             f'sglang:num_requests_total {m["requests"]}\n',
         ]
         for storage in self.storage_labels():
-            lines += [f"sglang:storage_prefetch_hit_tokens_total{{{storage}}} {m['storage_hit']}\n",
+            lines += [f"sglang:storage_prefetch_hit_tokens_total{{{storage}}} {m['prefetch_hit']}\n",
                       f"sglang:backuped_tokens_total{{{storage}}} {m['backuped']}\n"]
         # the scheduler's gauges: attention-TP rank 0 of every pipeline stage (observability/metrics_collector.py is_stats_logging_rank)
         for pp in range(self.args.pp_size):
@@ -214,10 +225,12 @@ class Server:
                       f"sglang:time_to_first_token_seconds_count{{{labels}}} {counts[-1]}\n"]
         if self.l3:  # SGLang's StorageMetricsCollector exists only with a storage backend
             for storage in self.storage_labels():
-                # tokens read back from L3 (here: every storage hit is read in full, nothing times out)
+                # tokens read back from L3 (here: every hit at or above the threshold is read in full, nothing times out)
                 lines.append(f"sglang:prefetched_tokens_total{{{storage}}} {m['storage_hit']}\n")
-                # SGLang creates every reason's series at 0 when the collector starts
-                lines += [f'sglang:storage_prefetch_unfulfilled_tokens_total{{{storage},reason="{reason}"}} 0\n' for reason in UNFULFILLED_REASONS]
+                # SGLang creates every reason's series at 0 when the collector starts; a hit below the threshold is
+                # unfulfilled for that reason (unified_radix_cache.py _finish_storage_prefetch)
+                lines += [f'sglang:storage_prefetch_unfulfilled_tokens_total{{{storage},reason="{reason}"}} '
+                          f'{m["below_threshold"] if reason == "below_threshold" else 0}\n' for reason in UNFULFILLED_REASONS]
         return "".join(lines)
 
     def admin_refusal(self, authorization):
