@@ -142,8 +142,8 @@ def nixl_bucket(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["file", "nixl"])
 def test_pages_on_the_tier_have_sglangs_names_and_layout(standin, sglang_env, tmp_path, backend):
-    """A TP 2 server writes 17 pages of 16 tokens (above SGLang's prefetch threshold): the files are SGLang's, per page and rank (and k/v part for nixl),
-    with the page's bytes; a restarted server reads them back. The stand-in's old store (flat <sha256> files) fails here."""
+    """A TP 2 server writes 17 pages of 16 tokens (above SGLang's prefetch threshold): the files are SGLang's, per page
+    and rank (and k/v part for nixl), with the page's bytes; a restarted server reads them back. The stand-in's old store (flat <sha256> files) fails here."""
     tier = tmp_path / backend
     env = {**sglang_env, "SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR": str(tier), "SGLANG_HICACHE_NIXL_BACKEND_STORAGE_DIR": str(tier)}
     # NIXL's L3 cleaner (on by default) judges the whole filesystem (statvfs: 100 * (blocks - bavail) / blocks) and, at

@@ -118,7 +118,7 @@ class Server:
         self.no_backend_api = os.environ.get("STANDIN_NO_STORAGE_BACKEND_API") == "1"
         self.lock = threading.Lock()
         self.gpu = threading.Lock()
-        self.metrics = {"prompt_tokens_total": 0, "storage_hit": 0, "prefetch_hit": 0, "below_threshold": 0, "backuped": 0, "requests": 0}
+        self.metrics = {"prompt_tokens_total": 0, "storage_hit": 0, "prefetch_hit": 0, "backuped": 0, "requests": 0}
         self.l3_seconds = {"cold": [], "warm": []}  # per request: SGLang's backend's lookup, read and write-through
         # Also SGLang's (python/sglang/srt/observability/metrics_collector.py, 0.5.20-0.5.23): the scheduler's
         # running/queued gauges and the tokenizer's TTFT histogram, with SGLang's default TTFT buckets.
@@ -180,7 +180,6 @@ class Server:
             self.metrics["prompt_tokens_total"] += len(tokens)
             self.metrics["storage_hit"] += cached
             self.metrics["prefetch_hit"] += found * self.args.page_size  # found in L3, loaded or not
-            self.metrics["below_threshold"] += (found - hit_pages) * self.args.page_size
             self.metrics["backuped"] += written
             self.metrics["requests"] += 1
             if pages:
@@ -228,9 +227,10 @@ class Server:
                 # tokens read back from L3 (here: every hit at or above the threshold is read in full, nothing times out)
                 lines.append(f"sglang:prefetched_tokens_total{{{storage}}} {m['storage_hit']}\n")
                 # SGLang creates every reason's series at 0 when the collector starts; a hit below the threshold is
-                # unfulfilled for that reason (unified_radix_cache.py _finish_storage_prefetch)
+                # unfulfilled for that reason (unified_radix_cache.py _finish_storage_prefetch): found, not loaded
+                below = m["prefetch_hit"] - m["storage_hit"]
                 lines += [f'sglang:storage_prefetch_unfulfilled_tokens_total{{{storage},reason="{reason}"}} '
-                          f'{m["below_threshold"] if reason == "below_threshold" else 0}\n' for reason in UNFULFILLED_REASONS]
+                          f'{below if reason == "below_threshold" else 0}\n' for reason in UNFULFILLED_REASONS]
         return "".join(lines)
 
     def admin_refusal(self, authorization):
