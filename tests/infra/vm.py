@@ -31,6 +31,16 @@ MANAGEMENT_MAC = "52:54:00:00:00:01"
 CONNECT_TIMEOUT = 120
 SSH_OPTIONS = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
                "-o", f"ConnectTimeout={CONNECT_TIMEOUT}", "-o", "LogLevel=ERROR"]
+# systemd's defaults (90 s for a unit to start, a device to appear) assume a machine, not a TCG guest that a loaded
+# 2-core machine gives a few per cent of one core: there sshd (Type=notify, 3 s of guest time idle) can miss its 90 s
+# and be killed and restarted over and over while the console shows a login prompt. The guests' default start timeout
+# is raised on the kernel command line (systemd-system.conf(5); `systemctl show -p DefaultTimeoutStartUSec` in a guest
+# reads 15min; systemd 252 has no such switch for devices). Every timeout the toolkit sets itself
+# (x-systemd.mount-timeout in fstab, the units' TimeoutStartSec) is explicit and unchanged by this.
+GUEST_SYSTEMD_TIMEOUTS = "systemd.default_timeout_start_sec=900"
+# How long a test waits for a guest's first SSH login after power on or a reboot: a boot costs 40-80 s of guest CPU
+# (about 45 s wall idle), and a fully loaded machine gives a guest about a tenth of a core.
+BOOT_TIMEOUT = 900
 # A TCG guest spends about 1.5 s of CPU on each new SSH connection (sshd's re-exec, key exchange, PAM) and about 0.15 s
 # on a command over an open one (measured here with the guest's QEMU process's CPU time), and the tests run hundreds of
 # commands: so each VM's commands share one connection (OpenSSH's multiplexing). ServerAlive ends a master whose guest
@@ -109,7 +119,8 @@ class VM:
         argv = ["qemu-system-x86_64", "-name", self.name, "-accel", accel if accel == "kvm" else "tcg,thread=single",
                 "-cpu", "max", "-smp", "1", "-m", str(self.memory_mb), "-nodefaults", "-display", "none",
                 "-serial", f"file:{self.console}", "-kernel", str(self.image / "vmlinuz"), "-initrd", str(self.image / "initrd.img"),
-                "-append", f"root=/dev/vda rw console=ttyS0 quiet loglevel=3 net.ifnames=1 systemd.hostname={self.name} hicache.sshkey={pubkey}",
+                "-append", f"root=/dev/vda rw console=ttyS0 quiet loglevel=3 net.ifnames=1 {GUEST_SYSTEMD_TIMEOUTS} "
+                           f"systemd.hostname={self.name} hicache.sshkey={pubkey}",
                 "-drive", f"file={self.disk},if=virtio,format=qcow2,cache=unsafe",
                 "-netdev", f"user,id=mgmt,restrict=on,hostfwd=tcp:127.0.0.1:{self.ssh_port}-:22",
                 "-device", f"virtio-net-pci,netdev=mgmt,mac={MANAGEMENT_MAC},addr=0x3",
@@ -133,7 +144,7 @@ class VM:
                                      stderr=open(self.workdir / f"{self.name}.qemu.log", "a"), start_new_session=True)
         return self
 
-    def wait_ssh(self, timeout: float = 420) -> VM:
+    def wait_ssh(self, timeout: float = BOOT_TIMEOUT) -> VM:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
@@ -144,12 +155,12 @@ class VM:
             except subprocess.TimeoutExpired:
                 pass
             time.sleep(2)
-        raise RuntimeError(f"{self.name}: no SSH on 127.0.0.1:{self.ssh_port} after {timeout:.0f} s; console: {self.console_tail()}")
+        raise RuntimeError(f"{self.name}: no SSH on 127.0.0.1:{self.ssh_port} after {timeout:.0f} s; {self.diagnosis()}")
 
     def boot_id(self) -> str:
         return self.ssh("cat /proc/sys/kernel/random/boot_id", check=True).stdout.strip()
 
-    def reboot(self, timeout: float = 420) -> VM:
+    def reboot(self, timeout: float = BOOT_TIMEOUT) -> VM:
         """A real reboot: systemd stops every unit, the kernel restarts; returns when SSH answers on the new boot."""
         before = self.boot_id()
         self.ssh("systemctl reboot", timeout=30)
@@ -163,7 +174,7 @@ class VM:
                 continue
             if proc.returncode == 0 and proc.stdout.strip() != before:
                 return self
-        raise RuntimeError(f"{self.name}: did not come back from a reboot in {timeout:.0f} s; console: {self.console_tail()}")
+        raise RuntimeError(f"{self.name}: did not come back from a reboot in {timeout:.0f} s; {self.diagnosis()}")
 
     def power_off(self, timeout: float = 180) -> None:
         """A clean shutdown; QEMU exits with the guest."""
@@ -184,6 +195,25 @@ class VM:
             self.proc.kill()
             self.proc.wait()
         self.disconnect()
+
+    def diagnosis(self) -> str:
+        """What a failed wait needs to be understood: how much CPU the guest got (starved or stuck), how far SSH got
+        (one verbose try), and the console."""
+        try:
+            fields = pathlib.Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            cpu = f"{(int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK'):.0f} s of CPU so far"
+        except (AttributeError, OSError, IndexError, ValueError):
+            cpu = "CPU time unknown"
+        try:
+            probe = subprocess.run(["ssh", "-v", *self.ssh_argv(login=True)[2:], "true"], stdin=subprocess.DEVNULL,
+                                   capture_output=True, text=True, timeout=60)
+            ssh_tail = "\n".join(probe.stderr.splitlines()[-6:])
+        except subprocess.TimeoutExpired as expired:
+            err = expired.stderr.decode(errors="replace") if isinstance(expired.stderr, bytes) else (expired.stderr or "")
+            ssh_tail = "\n".join(err.splitlines()[-6:]) + "\n(still waiting after 60 s)"
+        load = pathlib.Path("/proc/loadavg").read_text().split()[:3]
+        return (f"QEMU pid {getattr(self.proc, 'pid', '?')}: {cpu}; machine load {' '.join(load)}\n"
+                f"ssh -v (last lines):\n{ssh_tail}\nconsole:\n{self.console_tail()}")
 
     def console_tail(self, lines: int = 30) -> str:
         try:

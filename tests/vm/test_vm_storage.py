@@ -255,7 +255,7 @@ def test_with_the_storage_down_at_boot_the_host_boots_and_verify_names_the_missi
     assert_memlock_unlimited(vm)
     storage.power_off()
     started = time.monotonic()
-    vm.reboot(timeout=600)
+    vm.reboot()
     booted = time.monotonic() - started
     assert mount_entry(vm) is None
     # The boot went on without the mount (nofail): the system reached its default target, not stuck on the mount.
