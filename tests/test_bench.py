@@ -105,3 +105,5 @@ def test_percentiles_and_storage_share():
     assert phase.storage_share == 0.5  # from the responses when metrics are off
     assert bench.Phase(phase.requests, storage_tokens=400).storage_share == 0.8
     assert metrics.total('a{tp_rank="0"} 3\na{tp_rank="1"} 3\n', "a") == 3
+    # bench's written tokens (metrics.total, as verify's): the pipeline stages of one server report the same tokens
+    assert metrics.total('a{tp_rank="0",pp_rank="0",pp_size="2"} 3\na{tp_rank="0",pp_rank="1",pp_size="2"} 3\n', "a") == 3

@@ -64,6 +64,22 @@ def test_storage_metrics_count_each_token_once_across_tp_ranks(local):
     assert write["detail"].startswith("256 of 300")  # not 512: tp_rank 1 repeats rank 0's count
 
 
+def pp_metrics_text(backuped=0, storage=0):
+    """A PP 2 server's storage metrics: each stage's tp_rank 0 reports the same page's tokens (its own layers)."""
+    return "".join(f'sglang:backuped_tokens_total{{storage_backend="file",tp_rank="0",dp_rank="0",pp_rank="{pp}",pp_size="2"}} {backuped}\n'
+                   for pp in (0, 1)) + f'sglang:cached_tokens_total{{cache_source="storage"}} {storage}\n'
+
+
+def test_storage_metrics_count_each_token_once_across_pipeline_stages(local):
+    result = verify.judge(local, observations(local, fill_metrics=answered(content=pp_metrics_text(backuped=256)),
+                                              reuse_metrics_before=answered(content=pp_metrics_text(backuped=256)),
+                                              reuse_metrics=answered(content=pp_metrics_text(backuped=256, storage=256)),
+                                              before_metrics=answered(content=pp_metrics_text()),
+                                              metrics=answered(content=pp_metrics_text())), l3=True)
+    write = next(c for c in result["checks"] if c["check"] == "L3 write")
+    assert write["detail"].startswith("256 of 300")  # not 512: pp_rank 1 reports the same tokens for its layers
+
+
 @pytest.mark.parametrize("policy,cause", [("write_back", "only when the host pool evicts it"), ("write_through_selective", "after 2 hits")])
 def test_nothing_written_is_explained_by_the_write_policy(policy, cause):
     d = deployment("local", page_size=64, write_policy=policy)
