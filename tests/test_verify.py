@@ -7,8 +7,9 @@ import dataclasses
 
 import pytest
 from helpers import deployment
+from test_metrics import server
 
-from hicachectl import launch, verify
+from hicachectl import launch, metrics, verify
 
 
 def answered(status=200, json=None, content=None):
@@ -65,9 +66,8 @@ def test_storage_metrics_count_each_token_once_across_tp_ranks(local):
 
 
 def pp_metrics_text(backuped=0, storage=0):
-    """A PP 2 server's storage metrics: each stage's tp_rank 0 reports the same page's tokens (its own layers)."""
-    return "".join(f'sglang:backuped_tokens_total{{storage_backend="file",tp_rank="0",dp_rank="0",pp_rank="{pp}",pp_size="2"}} {backuped}\n'
-                   for pp in (0, 1)) + f'sglang:cached_tokens_total{{cache_source="storage"}} {storage}\n'
+    """A PP 2 server's storage metrics (test_metrics.server: each stage reports the same page's tokens, its own layers)."""
+    return server(metrics.BACKUPED, backuped, pp_size=2) + f'sglang:cached_tokens_total{{cache_source="storage"}} {storage}\n'
 
 
 def test_storage_metrics_count_each_token_once_across_pipeline_stages(local):

@@ -205,7 +205,7 @@ class VM:
         except (AttributeError, OSError, IndexError, ValueError):
             cpu = "CPU time unknown"
         try:
-            probe = subprocess.run(["ssh", "-v", *self.ssh_argv(login=True)[2:], "true"], stdin=subprocess.DEVNULL,
+            probe = subprocess.run([*self.ssh_argv("-v", login=True), "true"], stdin=subprocess.DEVNULL,  # -v after -q wins
                                    capture_output=True, text=True, timeout=60)
             ssh_tail = "\n".join(probe.stderr.splitlines()[-6:])
         except subprocess.TimeoutExpired as expired:
