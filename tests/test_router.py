@@ -333,3 +333,64 @@ def test_the_module_refuses_a_url_with_a_path():
 def test_the_module_and_the_core_normalise_alike():
     for url in ("HTTP://Gpu-01:30000/", "http://[fd00::1]:8000", "https://a.example.com"):
         assert worker_module.normalize(url) == router.normalize(url)
+
+
+# --- "does the router run?" (state: query, roles/sglang_server/tasks/routers.yml) -------------------------------
+# Only a refused connection is a router that does not run. A router that runs but answers slowly, or with an error,
+# may still send requests to the server: taking it for "not running" would restart the server without draining it.
+
+class FlakyRouter(FakeRouter):
+    """A FakeRouter whose first `failures` worker lists fail with `error`."""
+
+    def __init__(self, error, failures, urls=()):
+        super().__init__(urls)
+        self.error, self.failures = error, failures
+
+    def workers(self):
+        if self.failures:
+            self.failures -= 1
+            self.calls.append("GET (failed)")
+            raise self.error
+        return super().workers()
+
+
+def test_query_a_refused_connection_is_a_router_that_does_not_run():
+    refused = worker_module.RouterError("GET http://router:30080/workers: no answer ([Errno 111] Connection refused)", refused=True)
+    result = _run(FlakyRouter(refused, failures=10**6), "http://10.0.0.1:30000", "query", timeout=30)
+    assert result["running"] is False and not result["changed"] and not result["failed"]
+    assert "refused" in result["msg"]
+
+
+def test_query_a_router_that_answers_late_runs():
+    slow = worker_module.RouterError("GET http://router:30080/workers: no answer (timed out)")
+    fake = FlakyRouter(slow, failures=3, urls=["http://10.0.0.1:30000"])
+    result = _run(fake, "http://10.0.0.1:30000", "query", timeout=30)
+    assert result["running"] is True and result["worker"]["url"] == "http://10.0.0.1:30000"
+    assert fake.calls.count("GET (failed)") == 3 and not any(isinstance(c, tuple) for c in fake.calls)  # nothing changed
+
+
+@pytest.mark.parametrize("why", ["no answer (timed out)", "answered 503: starting"])
+def test_query_a_router_that_never_answers_fails_naming_it_and_is_never_not_running(why):
+    error = worker_module.RouterError(f"GET http://router:30080/workers: {why}")
+    with pytest.raises(worker_module.RouterError, match=r"http://router:30080/workers: .*no worker list after 3\d s"):
+        _run(FlakyRouter(error, failures=10**6), "http://10.0.0.1:30000", "query", timeout=30)
+
+
+def test_the_module_tells_a_refused_connection_from_a_silent_router_on_real_sockets():
+    """Router (open_url, as on a host) against 127.0.0.1: a closed port refuses; a port that accepts and never answers
+    times out, which is not "refused"."""
+    import socket
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        closed_port = closed.getsockname()[1]
+    with pytest.raises(worker_module.RouterError) as refused:
+        worker_module.Router(f"http://127.0.0.1:{closed_port}", timeout=2).workers()
+    assert refused.value.refused, str(refused.value)
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # the kernel completes the handshake; nobody ever reads or answers
+        with pytest.raises(worker_module.RouterError) as slow:
+            worker_module.Router(f"http://127.0.0.1:{silent.getsockname()[1]}", timeout=0.5).workers()
+    assert not slow.value.refused and "timed out" in str(slow.value), str(slow.value)

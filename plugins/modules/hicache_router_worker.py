@@ -32,6 +32,10 @@ description:
     O(state=present) waits until the worker is listed healthy; a listed worker that dies stays listed healthy until the periodic health
     check (C(--health-check-interval-secs), 60 s by default, 3 failures) says otherwise, so check the worker's own C(/health) too.
     A C(model_id) of C(unknown) in RV(worker) means the router could not read the worker's model.
+  - With O(state=query) nothing is changed: RV(running) says whether the router runs. A router whose port refuses the connection does not
+    run (not deployed yet, or stopped). One that answers neither a worker list nor a refusal (no answer within the request's 10 s, an error
+    status, not a worker list) may run and still send requests to the worker, so it is asked again until O(timeout) seconds have passed,
+    and then the module fails naming the router and its last answer.
   - In check mode only C(GET /workers) is sent; the result says what would change.
 options:
   router_url:
@@ -43,12 +47,16 @@ options:
     type: str
     required: true
   state:
-    description: C(present) adds the worker and waits until it is healthy; C(absent) removes it and waits until it is gone.
+    description:
+      - C(present) adds the worker and waits until it is healthy; C(absent) removes it and waits until it is gone.
+      - C(query) changes nothing and says whether the router runs (RV(running)) and what it lists.
     type: str
-    choices: [present, absent]
+    choices: [present, absent, query]
     default: present
   timeout:
-    description: Seconds to wait for the router to list the worker healthy (present) or no longer list it (absent); C(0) does not wait.
+    description:
+      - Seconds to wait for the router to list the worker healthy (present) or no longer list it (absent); C(0) does not wait.
+      - With O(state=query), seconds to keep asking a router that answers neither a worker list nor a refused connection.
     type: int
     default: 120
   interval:
@@ -91,6 +99,11 @@ worker:
   returned: always
   type: dict
   sample: {id: fbd305d8-32dc-481f-8650-51a61a5fba82, url: "http://10.0.0.11:30000", model_id: Qwen/Qwen3-8B, is_healthy: true}
+running:
+  description: Whether the router answered its worker list; C(false) only when its port refused the connection (nothing listens).
+  returned: always
+  type: bool
+  sample: true
 action:
   description: What was done, one of C(added), C(removed), C(none); in check mode what would be done.
   returned: always
@@ -114,7 +127,12 @@ from ansible.module_utils.urls import open_url
 
 
 class RouterError(Exception):
-    """The router could not be asked, or said no; the message names the URL and the answer."""
+    """The router could not be asked, or said no; the message names the URL and the answer. `refused`: the connection
+    was refused, so nothing listens on the router's port."""
+
+    def __init__(self, message, refused=False):
+        super().__init__(message)
+        self.refused = refused
 
 
 def normalize(url):
@@ -178,7 +196,9 @@ class Router:
             text = exc.read().decode("utf-8", "replace") if exc.fp is not None else ""
             raise RouterError(f"{method} {url} answered {exc.code}: {text[:300]}") from exc
         except (urllib.error.URLError, OSError, UrlsConnectionError) as exc:
-            raise RouterError(f"{method} {url}: no answer ({exc})") from exc
+            # urllib wraps a failed connect in URLError(reason); a read that times out is raised as it is.
+            refused = isinstance(getattr(exc, "reason", exc), ConnectionRefusedError)
+            raise RouterError(f"{method} {url}: no answer ({getattr(exc, 'reason', exc)})", refused=refused) from exc
         try:
             return status, json.loads(text) if text else {}
         except ValueError as exc:
@@ -227,12 +247,35 @@ def wait(list_workers, url, state, timeout, interval, clock=time.monotonic, slee
         sleep(interval)
 
 
+def probe(router, timeout, interval, clock=time.monotonic, sleep=time.sleep):
+    """(runs?, workers, seconds). A refused connection is a router that does not run; a worker list is one that runs.
+    Anything else (a timeout, an error status, not a worker list) is not "not running": such a router may still send
+    requests to the worker. It is asked again until `timeout` seconds have passed, then RouterError names the last answer."""
+    start = clock()
+    while True:
+        try:
+            return True, router.workers(), round(clock() - start, 1)
+        except RouterError as exc:
+            if exc.refused:
+                return False, [], round(clock() - start, 1)
+            if clock() - start >= timeout:
+                raise RouterError(f"{exc}; no worker list after {round(clock() - start)} s of asking") from exc
+        sleep(interval)
+
+
 def run(router, worker_url, state, timeout, interval, check_mode=False, clock=time.monotonic, sleep=time.sleep):
     """The whole task; returns the module's result (with failed and msg)."""
     url = normalize(worker_url)
+    if state == "query":
+        running, workers, seconds = probe(router, max(timeout, 0), interval, clock, sleep)
+        found = find(workers, url)
+        return {"changed": False, "action": "none", "running": running, "workers": urls(workers), "worker": found[0] if found else {},
+                "seconds": seconds, "failed": False,
+                "msg": (f"{router.base} lists {url}" if found else f"{router.base} does not list {url}") if running
+                else f"{router.base} refused the connection: no router runs there"}
     before = router.workers()
     action = {"add": "added", "remove": "removed", "none": "none"}[decide(before, url, state)]
-    result = {"changed": action != "none", "action": action, "workers": urls(before), "seconds": 0.0, "failed": False}
+    result = {"changed": action != "none", "action": action, "running": True, "workers": urls(before), "seconds": 0.0, "failed": False}
     if check_mode:
         found = find(before, url)
         result["worker"] = found[0] if found else {}
@@ -268,7 +311,7 @@ def main():
     module = AnsibleModule(argument_spec={
         "router_url": {"type": "str", "required": True},
         "worker_url": {"type": "str", "required": True},
-        "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+        "state": {"type": "str", "choices": ["present", "absent", "query"], "default": "present"},
         "timeout": {"type": "int", "default": 120},
         "interval": {"type": "float", "default": 1.0},
     }, supports_check_mode=True)
