@@ -19,6 +19,7 @@ prove a drain; the two observations above do.
 from __future__ import annotations
 
 import concurrent.futures
+import http.client
 import json
 import os
 import pathlib
@@ -107,12 +108,14 @@ def inventory(bed, name, **extra):
 
 def get(url, timeout=5.0):
     """(status, body); status 0 when no answer came within `timeout` (a slow answer, neither up nor down), -1 when the
-    connection failed (nothing listening: refused or reset)."""
+    connection failed (nothing listening: refused or reset) or the answer was cut (the server stopping mid-answer)."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, ""
+    except http.client.HTTPException:  # IncompleteRead, BadStatusLine: a server that went away while answering
+        return -1, ""
     except OSError as exc:  # URLError wraps a connect timeout in .reason; a read timeout is raised as it is
         timed_out = isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None), TimeoutError)
         return (0 if timed_out else -1), ""
@@ -225,16 +228,21 @@ class Monitor(threading.Thread):
         self.router_url, self.urls = router_url, urls
         self.samples = []  # (time, listed urls or None, {url: (status, in-flight)})
         self.stop = threading.Event()
+        self.error = None  # what ended the sampling early: the test fails on it rather than on the samples it lacks
 
     def run(self):
-        while not self.stop.is_set():
-            workers = listed(self.router_url)
-            servers = {}
-            for url in self.urls:
-                status, text = get(url + "/metrics", timeout=2)
-                servers[url] = (status, in_flight(text) if status == 200 else None)
-            self.samples.append((time.time(), workers, servers))
-            time.sleep(0.1)
+        try:
+            while not self.stop.is_set():
+                workers = listed(self.router_url)
+                servers = {}
+                for url in self.urls:
+                    status, text = get(url + "/metrics", timeout=2)
+                    servers[url] = (status, in_flight(text) if status == 200 else None)
+                self.samples.append((time.time(), workers, servers))
+                time.sleep(0.1)
+        except Exception as exc:  # noqa: BLE001 - kept for the test's own assertion
+            self.error = repr(exc)
+            raise
 
 
 class Client(threading.Thread):
@@ -289,6 +297,7 @@ def test_a_rolling_upgrade_through_the_router_fails_no_request_and_drains_each_s
     monitor.stop.set()
     monitor.join(timeout=10)
     assert upgrade.returncode == 0, upgrade.stdout + upgrade.stderr
+    assert monitor.error is None, f"the monitor stopped sampling: {monitor.error}"
 
     print(f"client: {client.ok} requests ok, {len(client.failed)} failed")
     assert client.failed == [], f"{len(client.failed)} failed requests of {client.ok + len(client.failed)}: {client.failed[:5]}"
