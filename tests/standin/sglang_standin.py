@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -368,6 +369,16 @@ def main(argv):
     http.request_queue_size = 2048  # uvicorn's backlog; the default 5 resets a burst of 64 connections
     http.server_bind()
     http.server_activate()
+    # SIGTERM and SIGINT end the server, as SGLang's do (uvicorn's handlers; entrypoints/http_server.py wires them itself
+    # where its server installs none). Without a handler a container's PID 1 ignores SIGTERM, so `docker stop -t 60`
+    # waited its whole 60 s and then killed the stand-in, where SGLang stops. At once here, as the default
+    # action did outside a container: the role drains requests before a stop, not the signal.
+    def stop(signum, frame):
+        print(f"sglang-standin: stopping on {signal.Signals(signum).name}", flush=True)
+        os._exit(0)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, stop)
     http.serve_forever()
     return 0
 
