@@ -376,10 +376,19 @@ def test_query_a_router_that_never_answers_fails_naming_it_and_is_never_not_runn
         _run(FlakyRouter(error, failures=10**6), "http://10.0.0.1:30000", "query", timeout=30)
 
 
-def test_the_module_tells_a_refused_connection_from_a_silent_router_on_real_sockets():
+def test_the_module_tells_a_refused_connection_from_a_silent_router_on_real_sockets(monkeypatch):
     """Router (open_url, as on a host) against 127.0.0.1: a closed port refuses; a port that accepts and never answers
-    times out, which is not "refused"."""
+    times out, which is not "refused", also where the environment names a proxy that refuses (urllib would ask the
+    proxy for 127.0.0.1 too, and its refusal would pass for the router's)."""
     import socket
+
+    with socket.socket() as gone:
+        gone.bind(("127.0.0.1", 0))
+        dead_proxy = f"http://127.0.0.1:{gone.getsockname()[1]}"
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"):
+        monkeypatch.setenv(name, dead_proxy)
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
 
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
@@ -394,3 +403,24 @@ def test_the_module_tells_a_refused_connection_from_a_silent_router_on_real_sock
         with pytest.raises(worker_module.RouterError) as slow:
             worker_module.Router(f"http://127.0.0.1:{silent.getsockname()[1]}", timeout=0.5).workers()
     assert not slow.value.refused and "timed out" in str(slow.value), str(slow.value)
+
+
+def test_a_broken_answer_is_a_router_error_that_is_not_a_refusal():
+    """A router cut mid-answer (http.client.IncompleteRead, not an OSError) is asked again, never taken for stopped."""
+    import socket
+    import threading
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+
+        def answer_half():
+            conn, _ = server.accept()
+            conn.recv(4096)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nContent-Type: application/json\r\n\r\n{\"workers\"")
+            conn.close()
+
+        threading.Thread(target=answer_half, daemon=True).start()
+        with pytest.raises(worker_module.RouterError) as cut:
+            worker_module.Router(f"http://127.0.0.1:{server.getsockname()[1]}", timeout=5).workers()
+    assert not cut.value.refused and "broken answer" in str(cut.value), str(cut.value)

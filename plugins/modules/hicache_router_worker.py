@@ -9,7 +9,7 @@ answers 202 and removes it in the background; `GET /workers/{id}` carries the ba
 The router keeps URLs verbatim (`http://h:1` and `http://h:1/` are two workers), so the URL is normalised
 (no trailing slash) before it is compared or sent.
 
-The decision logic lives in plain functions (normalize, find, decide, wait) that tests call directly;
+The decision logic lives in plain functions (normalize, find, decide, wait, probe) that tests call directly;
 main() only wraps them for Ansible. This file is shipped to the host on its own: standard library and
 ansible.module_utils only.
 """
@@ -78,6 +78,15 @@ EXAMPLES = r"""
     timeout: 60
   delegate_to: router-01
 
+- name: See whether the router runs (a refused connection) or cannot be asked (the task fails after 30 s)
+  hicache.deploy.hicache_router_worker:
+    router_url: http://127.0.0.1:30080
+    worker_url: http://10.0.0.11:30000
+    state: query
+    timeout: 30
+  delegate_to: router-01
+  register: router_probe
+
 - name: Put it back once it is healthy
   hicache.deploy.hicache_router_worker:
     router_url: http://10.0.0.5:30080
@@ -101,7 +110,7 @@ worker:
   sample: {id: fbd305d8-32dc-481f-8650-51a61a5fba82, url: "http://10.0.0.11:30000", model_id: Qwen/Qwen3-8B, is_healthy: true}
 running:
   description: Whether the router answered its worker list; C(false) only when its port refused the connection (nothing listens).
-  returned: always
+  returned: success
   type: bool
   sample: true
 action:
@@ -116,6 +125,7 @@ seconds:
   sample: 2.1
 """
 
+import http.client
 import json
 import time
 import urllib.error
@@ -189,7 +199,8 @@ class Router:
         data = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": "application/json"} if body is not None else {}
         try:
-            with open_url(url, method=method, data=data, headers=headers, timeout=self.timeout) as response:
+            # No proxy: the router is asked on its own host, and a proxy's refusal would pass for the router's.
+            with open_url(url, method=method, data=data, headers=headers, timeout=self.timeout, use_proxy=False) as response:
                 text = response.read().decode("utf-8", "replace")
                 status = response.status
         except urllib.error.HTTPError as exc:
@@ -199,6 +210,8 @@ class Router:
             # urllib wraps a failed connect in URLError(reason); a read that times out is raised as it is.
             refused = isinstance(getattr(exc, "reason", exc), ConnectionRefusedError)
             raise RouterError(f"{method} {url}: no answer ({getattr(exc, 'reason', exc)})", refused=refused) from exc
+        except http.client.HTTPException as exc:  # an answer cut short or malformed (IncompleteRead, BadStatusLine)
+            raise RouterError(f"{method} {url}: a broken answer ({exc!r})") from exc
         try:
             return status, json.loads(text) if text else {}
         except ValueError as exc:
