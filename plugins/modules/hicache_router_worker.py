@@ -32,7 +32,7 @@ description:
     O(state=present) waits until the worker is listed healthy; a listed worker that dies stays listed healthy until the periodic health
     check (C(--health-check-interval-secs), 60 s by default, 3 failures) says otherwise, so check the worker's own C(/health) too.
     A C(model_id) of C(unknown) in RV(worker) means the router could not read the worker's model.
-  - With O(state=query) nothing is changed: RV(running) says whether the router runs. A router whose port refuses the connection does not
+  - With O(state=query) nothing is changed, and RV(running) says whether the router runs. A router whose port refuses the connection does not
     run (not deployed yet, or stopped). One that answers neither a worker list nor a refusal (no answer within the request's 10 s, an error
     status, not a worker list) may run and still send requests to the worker, so it is asked again until O(timeout) seconds have passed,
     and then the module fails naming the router and its last answer.
