@@ -15,7 +15,7 @@ import sys
 import threading
 
 import pytest
-from fleet import HEALTH_TIMEOUT, STANDIN
+from fleet import HEALTH_TIMEOUT, SGLANG_MOUNT, STANDIN
 from support import cli, cli_json
 
 pytestmark = pytest.mark.slow
@@ -180,7 +180,10 @@ def test_a_vault_inventory_deploys_and_no_output_log_file_or_process_shows_its_s
         environ = secret_fleet.ssh(host, f"tr '\\0' '\\n' < /proc/{pid}/environ").stdout.splitlines()
         assert f"OBJECT_STORE_SECRET={VAULT_ENV_SECRET}" in environ  # delivered, from the encrypted vars file
         # Only root can read where it lies: every file holding it is 0600.
-        holders = secret_fleet.ssh(host, f"grep -rlF -e {VAULT_ENV_SECRET} -e {VAULT_TOKEN} /opt /etc /root /tmp /var /run 2>/dev/null").stdout.split()
+        # Not the test bed's read-only mount of SGLang's environment (/opt/sglang, 2.4 GB that no deploy can write: grep
+        # over it outlasted the 60 s ssh timeout on a loaded machine, 2026-12-03).
+        where = f"$(find /opt -mindepth 1 -maxdepth 1 ! -path {SGLANG_MOUNT}) /etc /root /tmp /var /run"
+        holders = secret_fleet.ssh(host, f"grep -rlF -e {VAULT_ENV_SECRET} -e {VAULT_TOKEN} {where} 2>/dev/null").stdout.split()
         assert holders, "the secret did not reach the host"
         for path in holders:
             assert secret_fleet.ssh(host, f"stat -c %a {shlex.quote(path)}").stdout.strip() == "600", path
