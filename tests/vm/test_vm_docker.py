@@ -41,6 +41,7 @@ CFG = "/opt/sglang-hicache/cfg"
 CACHE_DIR = "/var/lib/hicache-l3"
 HOOK = "nvidia-container-runtime-hook"
 HOOK_LOG = "/run/hicache-testbed-gpu-hook.log"
+HEALTHY = vmlib.http_ok()  # exits 0 when the server answers /health with 200
 SERVER_VARS = {
     "hicache_container_runtime": "docker",
     "hicache_image": f"{IMAGE}:v1",
@@ -118,8 +119,7 @@ class DockerHost:
         return self.ssh(f"systemctl show -p MainPID --value {unit}").strip()
 
     def healthy(self) -> bool:
-        probe = "python3 -c \"import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:30000/health', timeout=5).status)\""
-        return self.vm.ssh(probe).stdout.strip() == "200"
+        return self.vm.ssh(vmlib.http_ok()).returncode == 0
 
     def deployed(self) -> dict:
         return json.loads(self.ssh(f"cat {CFG}/deployed.json"))
@@ -242,15 +242,13 @@ def test_run_sh_runs_as_the_documents_write_it(host):
     host.ssh(f"systemctl stop {UNIT}")
     try:
         host.ssh(f"bash {CFG}/run.sh")
-        host.ssh("for i in $(seq 60); do python3 -c \"import urllib.request;urllib.request.urlopen('http://127.0.0.1:30000/health', timeout=5)\" "
-                 "2>/dev/null && exit 0; sleep 1; done; exit 1")
+        host.ssh(f"for i in $(seq 60); do {HEALTHY} && exit 0; sleep 1; done; exit 1")
         info = host.inspect()
         assert info["HostConfig"]["AutoRemove"] is False and info["Config"]["Image"] == f"{IMAGE}:v1"
         assert host.memlock(info["State"]["Pid"]) == ("unlimited", "unlimited")
     finally:
         host.ssh(f"docker rm -f {CONTAINER} >/dev/null; systemctl start {UNIT}")
-    host.ssh("for i in $(seq 90); do python3 -c \"import urllib.request;urllib.request.urlopen('http://127.0.0.1:30000/health', timeout=5)\" "
-             "2>/dev/null && exit 0; sleep 1; done; exit 1")
+    host.ssh(f"for i in $(seq 90); do {HEALTHY} && exit 0; sleep 1; done; exit 1")
 
 
 def test_a_second_converge_changes_nothing_and_restarts_nothing(host):
@@ -294,8 +292,7 @@ def test_an_upgrade_that_never_becomes_healthy_is_rolled_back(host):
 def test_the_server_comes_back_after_a_reboot_with_its_limits(host):
     """Docker enabled by container_runtime, the server's unit by sglang_server: both back after a real reboot."""
     host.vm.reboot()
-    host.ssh("for i in $(seq 180); do python3 -c \"import urllib.request;urllib.request.urlopen('http://127.0.0.1:30000/health', timeout=5)\" "
-             "2>/dev/null && exit 0; sleep 1; done; exit 1", timeout=400)
+    host.ssh(f"for i in $(seq 180); do {HEALTHY} && exit 0; sleep 1; done; exit 1", timeout=400)
     assert host.memlock(host.inspect()["State"]["Pid"]) == ("unlimited", "unlimited")
     assert host.memlock(host.main_pid("containerd.service")) == ("unlimited", "unlimited")
     assert host.ssh("ulimit -l").strip() == "unlimited"

@@ -15,7 +15,7 @@ import re
 import time
 
 import pytest
-from bed import EXPORT, LINKS, ROOT
+from bed import EXPORT, LINKS, ROOT, vmlib
 
 pytestmark = [pytest.mark.slow, pytest.mark.vm]
 
@@ -36,7 +36,7 @@ SERVER = {"hicache_container_runtime": "none", "hicache_launcher": ["python3", S
           "hicache_sglang_version": "0.5.23", "hicache_health_timeout": 120, "hicache_container_env": {"STANDIN_LOAD_SECONDS": "1"}}
 UNIT = "sglang-hicache.service"
 # exits 0 when the server answers /health with 200
-HEALTHY = "python3 -c \"import sys,urllib.request;sys.exit(urllib.request.urlopen('http://127.0.0.1:30000/health', timeout=5).status != 200)\" 2>/dev/null"
+HEALTHY = vmlib.http_ok()
 
 
 def vast(**extra):
