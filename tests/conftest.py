@@ -34,14 +34,15 @@ def fleet3(tmp_path_factory):
 def standin(tmp_path):
     """Start SGLang stand-ins on this machine: standin(*flags, env=...) -> (port, process). With an L3 backend
     (--hicache-storage-backend) its pages go through SGLang's own storage classes (tests/standin/sglang_pages.py), from
-    the CPU environment tests/infra/sglang_env.sh --storage builds once; then this waits for /health (the store opened)."""
+    the CPU environment tests/infra/sglang_env.sh --storage builds once; then this waits for /health (the store opened).
+    `launcher` goes before the stand-in's python on its command line (e.g. unshare), as a container's runtime would."""
     procs = []
 
-    def run(*args, env=None):
+    def run(*args, env=None, launcher=()):
         port = free_port()
         storage = "--hicache-storage-backend" in args
         extra = {"STANDIN_SGLANG_PATH": sglang_path(*sglang_storage_env())} if storage else {}
-        proc = subprocess.Popen([sys.executable, str(STANDIN), "--model-path", "/models/m", "--port", str(port), *args],
+        proc = subprocess.Popen([*launcher, sys.executable, str(STANDIN), "--model-path", "/models/m", "--port", str(port), *args],
                                 env={"SGLANG_HICACHE_FILE_BACKEND_STORAGE_DIR": str(tmp_path / "l3"), **extra, **(env or {})},
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         procs.append(proc)

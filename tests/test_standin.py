@@ -10,15 +10,12 @@ import os
 import pathlib
 import re
 import signal
-import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 
 import pytest
-from fleet import free_port, sglang_path, sglang_storage_env
+from fleet import sglang_path, sglang_storage_env
 from support import ROOT
 
 STANDIN = ROOT / "tests/standin/sglang_standin.py"
@@ -235,28 +232,15 @@ def test_a_detach_shows_in_the_storage_backend_api_and_stops_l3_and_verify_names
     assert metrics.total(get(f"http://127.0.0.1:{port}/metrics")[1], metrics.BACKUPED) == 300  # nothing written since
 
 
-def test_sigterm_stops_the_stand_in_even_as_a_containers_pid_1():
+def test_sigterm_stops_the_stand_in_even_as_a_containers_pid_1(standin):
     """SGLang stops on SIGTERM (uvicorn's handlers); so must the stand-in, also as PID 1 of a PID namespace, as in a
     container, where a signal without a handler is ignored and `docker stop` waits out its whole timeout."""
-
-    port = free_port()
-    # --kill-child: the stand-in goes with unshare when the test ends early (a PID 1 that ignores SIGTERM would not)
-    outer = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", sys.executable, str(STANDIN), "--model-path", "/models/m", "--port", str(port)],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert outer.poll() is None and time.monotonic() < deadline, "the stand-in did not listen"
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        pid1 = int((pathlib.Path(f"/proc/{outer.pid}/task/{outer.pid}/children")).read_text().split()[0])
-        nspid = pathlib.Path(f"/proc/{pid1}/status").read_text().split("NSpid:")[1].splitlines()[0].split()
-        assert nspid[-1] == "1", nspid  # PID 1 in its namespace
-        os.kill(pid1, signal.SIGTERM)
-        assert outer.wait(timeout=10) == 0
-        assert "stopping on SIGTERM" in outer.stdout.read()
-    finally:
-        outer.kill()
+    # --kill-child: the stand-in goes with unshare when the fixture kills it (a PID 1 that ignores SIGTERM would not)
+    _, outer = standin(launcher=["unshare", "--pid", "--fork", "--kill-child"])
+    assert outer.poll() is None, outer.stderr.read()
+    pid1 = int((pathlib.Path(f"/proc/{outer.pid}/task/{outer.pid}/children")).read_text().split()[0])
+    nspid = pathlib.Path(f"/proc/{pid1}/status").read_text().split("NSpid:")[1].splitlines()[0].split()
+    assert nspid[-1] == "1", nspid  # PID 1 in its namespace
+    os.kill(pid1, signal.SIGTERM)
+    assert outer.wait(timeout=10) == 0
+    assert "stopping on SIGTERM" in outer.stdout.read()

@@ -48,7 +48,6 @@ BOOT_TIMEOUT = 900
 MULTIPLEX = ["-o", "ControlMaster=auto", "-o", "ControlPersist=600", "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
 
 
-
 def http_ok(port: int = 30000, path: str = "/health") -> str:
     """A guest shell command that exits 0 when http://127.0.0.1:PORT/PATH answers 200 (a loading server's 503 is not).
     bash builtins only: a python3 with urllib costs a TCG guest 0.69 s of CPU per probe, this about 0.05 (measured
@@ -57,6 +56,7 @@ def http_ok(port: int = 30000, path: str = "/health") -> str:
               f"printf \"GET {path} HTTP/1.0\\r\\nHost: 127.0.0.1\\r\\n\\r\\n\" >&3; "
               "read -r -t 5 status <&3; case \"$status\" in \"HTTP/1.\"?\" 200\"*) exit 0;; esac; exit 1")
     return f"bash -c '{script}' 2>/dev/null"
+
 
 def image() -> pathlib.Path:
     """The cached image directory (built on first use: a few minutes)."""
