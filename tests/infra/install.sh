@@ -6,11 +6,12 @@ cd "$(dirname "$0")/../.."
 # Debian's own python3 where it will do: Debian builds it with PGO and LTO, and the suite's controller side (Ansible,
 # pytest, hicachectl) then costs about a tenth less CPU than with this machine kind's pyenv build (shared, no PGO):
 # `hicachectl plan --inventory local` 10.5 against 11.6 CPU-seconds at best of five, 2026-12-03. PYTHON overrides.
+new_enough() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; }
 python="${PYTHON:-python3}"
-if [ -z "${PYTHON:-}" ] && /usr/bin/python3 -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+if [ -z "${PYTHON:-}" ] && new_enough /usr/bin/python3 2>/dev/null && /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null; then
   python=/usr/bin/python3
 fi
-if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+if ! new_enough "$python"; then
   echo "install: $python is $("$python" --version 2>&1); hicache-deploy needs Python 3.11 or newer" >&2
   exit 1
 fi
