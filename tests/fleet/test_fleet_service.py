@@ -82,7 +82,11 @@ def test_a_second_deploy_is_refused_by_the_lock_while_the_first_completes(served
                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 600
     while served_fleet.ssh(host, "test -f /run/hicache-deploy.lock").returncode != 0:  # until the first run holds the lock
-        assert first.poll() is None and time.monotonic() < deadline, "the first deploy never held the lock"
+        if first.poll() is not None or time.monotonic() > deadline:
+            first.kill()
+            out, err = first.communicate()
+            disk = served_fleet.ssh(host, "df -h /opt").stdout
+            pytest.fail(f"the first deploy never held the lock (exit {first.returncode}):\n{out}\n{err}\n{disk}")
         time.sleep(0.5)
     second = cli("deploy", "--inventory", str(slow), "--limit", host)
     out, _ = first.communicate(timeout=600)
