@@ -22,7 +22,8 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from hicachectl import bench, prompts  # noqa: E402
+from hicachectl.formats import prompts  # noqa: E402
+from hicachectl.ops import bench  # noqa: E402
 
 SEED_WARM_TTFT_S, SEED_COLD_TTFT_S = 30.0, 147.0
 

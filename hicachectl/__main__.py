@@ -1,3 +1,3 @@
-from hicachectl.cli import app
+from hicachectl.cli.main import app
 
 app(prog_name="hicachectl")

@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import functools
 
-from hicachectl import inventory, render, rules
+from hicachectl import rules
+from hicachectl.config import inventory
+from hicachectl.plans import sglang_server
 
 
 @functools.cache
@@ -44,7 +46,7 @@ def deployment(name: str, **overrides):
 
 
 def rendered(d) -> dict[str, str]:
-    return {f.name: f.content for f in render.files(d)}
+    return {f.name: f.content for f in sglang_server.files(d)}
 
 
 SEED_EXACT = {"enable_metrics": False, "enable_cache_report": False}

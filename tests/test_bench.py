@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 from support import cli
 
-from hicachectl import bench, metrics
+from hicachectl.ops import bench, metrics
 
 PREFILL_US, LOAD_US, PAGE, WORDS = 1000, 200, 64, 2000  # sleeps of 0.4-2 s: HTTP costs stay far below 10%
 

@@ -14,8 +14,8 @@ import yaml
 from support import ROOT, cli
 from typer.testing import CliRunner
 
-from hicachectl import cli as hicli
-from hicachectl import readme
+from hicachectl.cli import main as hicli
+from hicachectl.cli import readme
 
 PASSWORD = "correct horse battery staple"
 TOKEN = "hf_vaulted_token_0123456789"
@@ -89,7 +89,7 @@ def test_vault_without_a_password_is_one_line_naming_the_file(vault_inventory, t
 
 def test_vault_secrets_reach_ansible_playbook_too(vault_inventory, monkeypatch):
     """The runner gets the same secrets: absolute paths in its arguments and environment."""
-    from hicachectl import inventory
+    from hicachectl.config import inventory
 
     _, password_file = vault_inventory
     monkeypatch.chdir(password_file.parent)
@@ -149,7 +149,7 @@ def test_version():
 
 
 def test_an_unexpected_error_is_one_line_and_a_file(tmp_path):
-    crash = ("import sys\nfrom hicachectl.cli import app\n"
+    crash = ("import sys\nfrom hicachectl.cli.main import app\n"
              "@app.command()\ndef boom() -> None:\n    raise RuntimeError('it broke')\n"
              "app(prog_name='hicachectl')\n")
     env = {"HICACHE_CACHE": str(tmp_path / "cache")}
@@ -226,6 +226,6 @@ def test_exit_codes_without_hosts(args, code):
 
 def test_readme_exit_codes_are_the_codes_table():
     text = readme.README.read_text()
-    assert readme.wanted(text) == text, "README's exit codes drifted: python -m hicachectl.readme --write"
+    assert readme.wanted(text) == text, "README's exit codes drifted: python -m hicachectl.cli.readme --write"
     for code, meaning in hicli.EXIT_CODES.items():
         assert f"| `{code}` | {meaning} |" in text

@@ -1,6 +1,6 @@
 """The judgements behind status, doctor and verify, and the report of a playbook run, without a host: each is a pure
-function of what the hosts said (hicachectl/status.py, hicachectl/cli_observe.py, hicachectl/cli_common.py). The
-failures, gaps and notes reach them as records (hicachectl.runner), and --json keeps the keys it always had."""
+function of what the hosts said (hicachectl/ops/status.py, hicachectl/cli/observe.py, hicachectl/cli/common.py). The
+failures, gaps and notes reach them as records (hicachectl.cli.runner), and --json keeps the keys it always had."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import pytest
 import typer
 from helpers import deployment
 
-from hicachectl import cli_common, cli_observe, status
-from hicachectl.runner import HostResult, Note, Record, RunResult
+from hicachectl.cli import common as cli_common
+from hicachectl.cli import observe as cli_observe
+from hicachectl.cli.runner import HostResult, Note, Record, RunResult
+from hicachectl.ops import status
 
 HASH = "c0ffee"
 

@@ -20,7 +20,7 @@ import yaml
 from fleet import STANDIN, Fleet
 from support import ROOT
 
-from hicachectl import schema
+from hicachectl.config import schema
 
 pytestmark = pytest.mark.slow
 

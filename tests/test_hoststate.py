@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from helpers import deployment
 
-from hicachectl import hoststate, storage
+from hicachectl.formats import portlist
+from hicachectl.plans import host_limits, nic_tuning, storage, storage_live
 
 # proc(5) documents the line `36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue`.
 # The NFS lines follow the same format, with the options the NFS client reports in the superblock field.
@@ -23,34 +24,34 @@ MOUNTINFO = f"""\
 
 
 def test_parse_mountinfo_fields_and_escapes():
-    entries = hoststate.parse_mountinfo(MOUNTINFO)
+    entries = storage_live.parse_mountinfo(MOUNTINFO)
     assert [e.mount_point for e in entries] == ["/", "/mnt2", "/mnt/kvcache-2ports", "/mnt/kvcache", "/mnt/with space"]
     proc5 = entries[1]
     assert (proc5.mount_id, proc5.parent_id, proc5.major_minor, proc5.root, proc5.fstype, proc5.source) == (36, 35, "98:0", "/mnt1", "ext3", "/dev/root")
     assert proc5.super_options == ("rw", "errors=continue")
-    vast = hoststate.mount_at(entries, "/mnt/kvcache-2ports")
-    assert vast.option_map()["nconnect"] == "32" and hoststate.bdi_read_ahead_path(vast) == "/sys/class/bdi/0:55/read_ahead_kb"
+    vast = storage_live.mount_at(entries, "/mnt/kvcache-2ports")
+    assert vast.option_map()["nconnect"] == "32" and storage_live.bdi_read_ahead_path(vast) == "/sys/class/bdi/0:55/read_ahead_kb"
 
 
 def test_live_vast_mount_matches_the_vast_inventory():
     wanted = storage.mount(deployment("vast"))
-    live = hoststate.mount_at(hoststate.parse_mountinfo(MOUNTINFO), wanted.point)
-    assert hoststate.compare_mount(live, wanted.options, wanted.source, wanted.fstype) == []
+    live = storage_live.mount_at(storage_live.parse_mountinfo(MOUNTINFO), wanted.point)
+    assert storage_live.compare_mount(live, wanted.options, wanted.source, wanted.fstype) == []
 
 
 def test_live_mount_with_other_nconnect_is_reported():
     wanted = storage.mount(deployment("vast", storage_nconnect=16))
-    live = hoststate.mount_at(hoststate.parse_mountinfo(MOUNTINFO), wanted.point)
-    assert hoststate.compare_mount(live, wanted.options, wanted.source, wanted.fstype) == ["nconnect=32, expected 16"]
+    live = storage_live.mount_at(storage_live.parse_mountinfo(MOUNTINFO), wanted.point)
+    assert storage_live.compare_mount(live, wanted.options, wanted.source, wanted.fstype) == ["nconnect=32, expected 16"]
 
 
 def test_live_netapp_mount_matches_and_a_missing_one_is_reported():
     wanted = storage.mount(deployment("netapp"))
-    entries = hoststate.parse_mountinfo(MOUNTINFO)
-    assert hoststate.compare_mount(hoststate.mount_at(entries, wanted.point), wanted.options, wanted.source, wanted.fstype) == []
-    assert hoststate.compare_mount(hoststate.mount_at(entries, "/mnt/elsewhere"), wanted.options, wanted.source, wanted.fstype) == ["not mounted"]
+    entries = storage_live.parse_mountinfo(MOUNTINFO)
+    assert storage_live.compare_mount(storage_live.mount_at(entries, wanted.point), wanted.options, wanted.source, wanted.fstype) == []
+    assert storage_live.compare_mount(storage_live.mount_at(entries, "/mnt/elsewhere"), wanted.options, wanted.source, wanted.fstype) == ["not mounted"]
     tcp = MOUNTINFO.replace("proto=rdma,port=20049,timeo=600,retrans=2,sec=sys,clientaddr", "proto=tcp,port=2049,timeo=600,retrans=2,sec=sys,clientaddr")
-    problems = hoststate.compare_mount(hoststate.mount_at(hoststate.parse_mountinfo(tcp), wanted.point), wanted.options, wanted.source, wanted.fstype)
+    problems = storage_live.compare_mount(storage_live.mount_at(storage_live.parse_mountinfo(tcp), wanted.point), wanted.options, wanted.source, wanted.fstype)
     assert problems == ["proto=tcp, expected rdma", "port=2049, expected 20049"]
 
 
@@ -65,12 +66,12 @@ LIMITS = (_limits_line("Limit", "Soft Limit", "Hard Limit", "Units") + _limits_l
 
 
 def test_parse_limits_and_memlock_judgement():
-    limits = hoststate.parse_limits(LIMITS)
+    limits = host_limits.parse_limits(LIMITS)
     assert limits["Max locked memory"] == ("8388608", "8388608") and limits["Max nice priority"] == ("0", "0")
-    assert not hoststate.memlock_ok(limits, "unlimited")
-    assert hoststate.memlock_ok(limits, "8192") and not hoststate.memlock_ok(limits, "16384")
+    assert not host_limits.memlock_ok(limits, "unlimited")
+    assert host_limits.memlock_ok(limits, "8192") and not host_limits.memlock_ok(limits, "16384")
     unlimited = LIMITS.replace(_limits_line("Max locked memory", "8388608", "8388608", "bytes"), _limits_line("Max locked memory", "unlimited", "unlimited", "bytes"))
-    assert hoststate.memlock_ok(hoststate.parse_limits(unlimited), "unlimited")
+    assert host_limits.memlock_ok(host_limits.parse_limits(unlimited), "unlimited")
 
 
 ETHTOOL_G = """\
@@ -89,7 +90,7 @@ TX:\t\t1024
 
 
 def test_parse_ethtool_rings():
-    assert hoststate.parse_ethtool_rings(ETHTOOL_G) == {"max": {"RX": 8192, "TX": 8192}, "current": {"RX": 1024, "TX": 1024}}
+    assert nic_tuning.parse_ethtool_rings(ETHTOOL_G) == {"max": {"RX": 8192, "TX": 8192}, "current": {"RX": 1024, "TX": 1024}}
 
 
 LOCAL_DEVICE = "140 22 259:1 / /mnt/nvme/sglang-hicache rw,relatime shared:90 - xfs /dev/nvme1n1 rw,attr2,inode64\n"
@@ -97,17 +98,17 @@ LOCAL_DEVICE = "140 22 259:1 / /mnt/nvme/sglang-hicache rw,relatime shared:90 - 
 
 def test_a_uuid_source_matches_the_device_it_names_on_the_host():
     wanted = storage.mount(deployment("local", storage_device="UUID=1234-abcd"))
-    live = hoststate.mount_at(hoststate.parse_mountinfo(MOUNTINFO + LOCAL_DEVICE), wanted.point)
-    assert hoststate.compare_mount(live, wanted.options, wanted.source, wanted.fstype, "/dev/nvme1n1") == []
-    assert hoststate.compare_mount(live, wanted.options, wanted.source, wanted.fstype, "/dev/nvme2n1") == [
+    live = storage_live.mount_at(storage_live.parse_mountinfo(MOUNTINFO + LOCAL_DEVICE), wanted.point)
+    assert storage_live.compare_mount(live, wanted.options, wanted.source, wanted.fstype, "/dev/nvme1n1") == []
+    assert storage_live.compare_mount(live, wanted.options, wanted.source, wanted.fstype, "/dev/nvme2n1") == [
         "source is /dev/nvme1n1, expected UUID=1234-abcd (/dev/nvme2n1)"]
-    assert hoststate.compare_mount(live, wanted.options, wanted.source, wanted.fstype) == ["source is /dev/nvme1n1, expected UUID=1234-abcd"]
+    assert storage_live.compare_mount(live, wanted.options, wanted.source, wanted.fstype) == ["source is /dev/nvme1n1, expected UUID=1234-abcd"]
 
 
 def test_a_local_mount_of_another_filesystem_is_reported():
     wanted = storage.mount(deployment("local", storage_device="/dev/nvme1n1", storage_fstype="ext4"))
-    live = hoststate.mount_at(hoststate.parse_mountinfo(LOCAL_DEVICE), wanted.point)
-    assert hoststate.compare_mount(live, wanted.options, wanted.source, wanted.fstype) == ["filesystem is xfs, expected ext4"]
+    live = storage_live.mount_at(storage_live.parse_mountinfo(LOCAL_DEVICE), wanted.point)
+    assert storage_live.compare_mount(live, wanted.options, wanted.source, wanted.fstype) == ["filesystem is xfs, expected ext4"]
 
 
 def report(**fields):
@@ -117,27 +118,27 @@ def report(**fields):
 def test_nic_verdict_a_host_with_connectx_fails_on_what_it_cannot_do():
     named_absent = report(interfaces=["ens9"], connectx=["ens1f0np0"], missing=["ens9"],
                           unavailable=[{"what": "ens9", "reason": "no interface ens9 on this host (named in hicache_nic_interfaces)"}])
-    assert hoststate.nic_verdict(named_absent, asked=True) == {
+    assert nic_tuning.nic_verdict(named_absent, asked=True) == {
         "failures": ["ens9: no interface ens9 on this host (named in hicache_nic_interfaces)"], "gaps": [], "changes": []}
     tool = report(interfaces=["ens1f0np0"], connectx=["ens1f0np0"], unavailable=[{"what": "ens1f0np0 qos", "reason": "mlnx_qos is not installed"}],
                   changes=[{"what": "ens1f0np0 mtu"}], failed=[{"what": "ens1f0np0 mtu", "reason": "ip: Operation not permitted"}])
-    assert hoststate.nic_verdict(tool, asked=False) == {
+    assert nic_tuning.nic_verdict(tool, asked=False) == {
         "failures": ["ens1f0np0 mtu: ip: Operation not permitted", "ens1f0np0 qos: mlnx_qos is not installed"], "gaps": [], "changes": ["ens1f0np0 mtu"]}
 
 
 def test_nic_verdict_a_host_without_connectx_has_gaps_only_for_what_is_asked():
     none_here = report(unavailable=[{"what": "interfaces", "reason": "no ConnectX port (driver mlx5_core, PCI vendor 0x15b3) on this host"}])
-    assert hoststate.nic_verdict(none_here, asked=True)["gaps"] == ["interfaces: no ConnectX port (driver mlx5_core, PCI vendor 0x15b3) on this host"]
-    assert hoststate.nic_verdict(none_here, asked=False) == {"failures": [], "gaps": [], "changes": []}  # a local tier, no port named
+    assert nic_tuning.nic_verdict(none_here, asked=True)["gaps"] == ["interfaces: no ConnectX port (driver mlx5_core, PCI vendor 0x15b3) on this host"]
+    assert nic_tuning.nic_verdict(none_here, asked=False) == {"failures": [], "gaps": [], "changes": []}  # a local tier, no port named
     named = report(interfaces=["ens9"], missing=["ens9"], unavailable=[{"what": "ens9", "reason": "no interface ens9 on this host (named in hicache_nic_interfaces)"}])
-    assert hoststate.nic_verdict(named, asked=True)["gaps"] == ["ens9: no interface ens9 on this host (named in hicache_nic_interfaces)"]
+    assert nic_tuning.nic_verdict(named, asked=True)["gaps"] == ["ens9: no interface ens9 on this host (named in hicache_nic_interfaces)"]
 
 
 def test_validate_counts_remoteports_with_the_parser_the_live_check_expands():
     from hicachectl.rules import remote_port_count
 
     for spec in ("172.16.0.1-172.16.0.16", "172.16.0.1~172.16.0.3-172.16.0.5", "fd00::1-fd00::4~fd00::9", "10.0.0.7"):
-        assert remote_port_count(spec) == len(hoststate.expand_ports(spec)), spec
+        assert remote_port_count(spec) == len(portlist.expand_ports(spec)), spec
     for spec in ("dns", "", None, "vip.example.net", "10.0.0.9-10.0.0.1", "10.0.0.1~fd00::1", "10.0.0.1-fd00::1"):
-        assert remote_port_count(spec) is None and hoststate.expand_ports(spec or "") is None, spec
-    assert remote_port_count("10.0.0.0-10.0.255.255") == 65536 and hoststate.expand_ports("10.0.0.0-10.0.255.255") is None
+        assert remote_port_count(spec) is None and portlist.expand_ports(spec or "") is None, spec
+    assert remote_port_count("10.0.0.0-10.0.255.255") == 65536 and portlist.expand_ports("10.0.0.0-10.0.255.255") is None

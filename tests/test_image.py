@@ -1,4 +1,4 @@
-"""hicachectl.image: references made fully qualified, and RepoDigests judged as Docker and Podman spell them."""
+"""hicachectl.plans.sglang_image: references made fully qualified, and RepoDigests judged as Docker and Podman spell them."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 import pytest
 from support import ROOT
 
-from hicachectl import image
-from hicachectl.model import build
+from hicachectl.config.deployment import build
+from hicachectl.plans import sglang_image
 
 DIGEST = "sha256:" + "ab" * 32
 OTHER = "sha256:" + "cd" * 32
@@ -43,14 +43,14 @@ def inspect_output(*repo_digests):
     ("quay.io/org/img", "quay.io/org/img"),
 ])
 def test_qualify(reference, qualified):
-    assert image.qualify(reference) == qualified
-    assert image.qualify(qualified) == qualified  # idempotent
+    assert sglang_image.qualify(reference) == qualified
+    assert sglang_image.qualify(qualified) == qualified  # idempotent
 
 
 def test_parse_keeps_tag_and_digest_apart():
-    ref = image.parse("reg.example:5000/a/b:v1@" + DIGEST)
+    ref = sglang_image.parse("reg.example:5000/a/b:v1@" + DIGEST)
     assert (ref.registry, ref.path, ref.tag, ref.digest, ref.repository) == ("reg.example:5000", "a/b", "v1", DIGEST, "reg.example:5000/a/b")
-    assert image.parse("reg.example:5000/a/b").tag is None  # the port is not a tag
+    assert sglang_image.parse("reg.example:5000/a/b").tag is None  # the port is not a tag
 
 
 @pytest.mark.parametrize("variables, pull", [
@@ -63,7 +63,7 @@ def test_parse_keeps_tag_and_digest_apart():
     ({"image": "lmsysorg/sglang:v0.5.20@" + DIGEST}, "lmsysorg/sglang@" + DIGEST),  # a digest in the name is a pin too
 ])
 def test_pull_reference(variables, pull):
-    assert image.pull_reference(deployment(**variables)) == pull
+    assert sglang_image.pull_reference(deployment(**variables)) == pull
 
 
 # What each runtime lists in RepoDigests after pulling the pinned image (checked against Podman on this machine
@@ -84,50 +84,50 @@ DOCKER_HUB_CASES = [
 @pytest.mark.parametrize("name, variables, repo_digests", DOCKER_HUB_CASES)
 def test_the_pinned_image_is_recognised_in_either_spelling(name, variables, repo_digests):
     d = deployment(image=name, image_digest=DIGEST, **variables)
-    assert image.has_pinned_digest(d, repo_digests)
-    state = image.local_state(d, inspect_output(*repo_digests))
+    assert sglang_image.has_pinned_digest(d, repo_digests)
+    state = sglang_image.local_state(d, inspect_output(*repo_digests))
     assert state["present"] and state["current"] and state["reason"] == ""
 
 
 @pytest.mark.parametrize("name, variables, repo_digests", DOCKER_HUB_CASES)
 def test_another_digest_is_not_the_pinned_image(name, variables, repo_digests):
     d = deployment(image=name, image_digest=OTHER, **variables)
-    assert not image.has_pinned_digest(d, repo_digests)
-    state = image.local_state(d, inspect_output(*repo_digests))
+    assert not sglang_image.has_pinned_digest(d, repo_digests)
+    state = sglang_image.local_state(d, inspect_output(*repo_digests))
     assert state["present"] and not state["current"] and OTHER in state["reason"] and repo_digests[0] in state["reason"]
 
 
 def test_the_pinned_digest_in_another_repository_does_not_count():
     d = deployment(image="lmsysorg/sglang:v0.5.20-cu130", image_digest=DIGEST)
-    assert not image.has_pinned_digest(d, ["someone/sglang@" + DIGEST, "docker.io/library/sglang@" + DIGEST])
+    assert not sglang_image.has_pinned_digest(d, ["someone/sglang@" + DIGEST, "docker.io/library/sglang@" + DIGEST])
 
 
 def test_accepted_digests_are_fully_qualified():
     d = deployment(image="ubuntu:24.04", image_digest=DIGEST, image_mirror="Mirror.Local:5000")
-    assert image.accepted_digests(d) == ["mirror.local:5000/library/ubuntu@" + DIGEST, "docker.io/library/ubuntu@" + DIGEST]
-    assert image.repository_digest(d) == "mirror.local:5000/library/ubuntu@" + DIGEST
-    assert image.accepted_digests(deployment()) == [] and image.repository_digest(deployment()) is None
+    assert sglang_image.accepted_digests(d) == ["mirror.local:5000/library/ubuntu@" + DIGEST, "docker.io/library/ubuntu@" + DIGEST]
+    assert sglang_image.repository_digest(d) == "mirror.local:5000/library/ubuntu@" + DIGEST
+    assert sglang_image.accepted_digests(deployment()) == [] and sglang_image.repository_digest(deployment()) is None
 
 
 @pytest.mark.parametrize("output", [None, "", "[]", "not json", "Error: no such image"])
 def test_missing_image(output):
-    state = image.local_state(deployment(), output)
+    state = sglang_image.local_state(deployment(), output)
     assert not state["present"] and not state["current"] and "is not on this host" in state["reason"]
 
 
 def test_unpinned_image_present_is_current_whatever_its_digests():
-    assert image.local_state(deployment(), inspect_output())["current"]
-    assert image.local_state(deployment(), json.dumps([{"Id": "x", "RepoDigests": None}]))["current"]
+    assert sglang_image.local_state(deployment(), inspect_output())["current"]
+    assert sglang_image.local_state(deployment(), json.dumps([{"Id": "x", "RepoDigests": None}]))["current"]
 
 
 def test_pinned_image_without_repo_digests_is_pulled():
-    state = image.local_state(deployment(image_digest=DIGEST), inspect_output())
+    state = sglang_image.local_state(deployment(image_digest=DIGEST), inspect_output())
     assert state["present"] and not state["current"] and "none" in state["reason"]
 
 
 def test_pull_argv():
-    assert image.pull_argv(deployment(image_tls_verify=False)) == ["podman", "pull", "--tls-verify=false", "lmsysorg/sglang:v0.5.20-cu130"]
-    assert image.pull_argv(deployment(container_runtime="docker", image_tls_verify=False)) == ["docker", "pull", "lmsysorg/sglang:v0.5.20-cu130"]
+    assert sglang_image.pull_argv(deployment(image_tls_verify=False)) == ["podman", "pull", "--tls-verify=false", "lmsysorg/sglang:v0.5.20-cu130"]
+    assert sglang_image.pull_argv(deployment(container_runtime="docker", image_tls_verify=False)) == ["docker", "pull", "lmsysorg/sglang:v0.5.20-cu130"]
 
 
 def test_the_filter_judges_the_inspect_output():

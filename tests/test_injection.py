@@ -35,7 +35,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import LINE_BREAKING, NASTY
 
-from hicachectl import launch, limits, nic, render, rules, schema, secrets, storage
+from hicachectl import rules
+from hicachectl.config import schema, secrets
+from hicachectl.plans import host_limits, launch, nic_tuning, sglang_server, storage
 
 ATTACKS = [
     "x\nExecStartPre=/bin/touch /tmp/pwned", "x\r\nEnvironment=LD_PRELOAD=/tmp/x.so", "x\\\nExecStart=/bin/sh", "%n", "100%", "%%",
@@ -141,7 +143,7 @@ def unit_words(value: str) -> list[str]:
 def _baseline_keys(seed: str, extra: tuple) -> list[tuple[str, str]]:
     host, variables = _host_vars(seed)
     d, _ = rules.check_host(host, {**variables, **dict(extra)})
-    return [(s, k) for s, k, _ in parse_unit(render.unit(d).content)]
+    return [(s, k) for s, k, _ in parse_unit(sglang_server.unit(d).content)]
 
 
 _ANALYZE = shutil.which("systemd-analyze")
@@ -172,9 +174,9 @@ def check_unit(d, name: str, text: str) -> None:
         assert unit_words(value["RequiresMountsFor"]) == [d.cache_dir]
     if "ExecStartPre" in value:  # the last one: no server without the L3 mount (test_l3_mount_unit.py)
         assert unit_words(value["ExecStartPre"]) == ["/bin/mountpoint", "-q", d.cache_dir]
-    assert re.fullmatch(r"[A-Za-z0-9_.-]+\.service", render.unit_name(d)), render.unit_name(d)
+    assert re.fullmatch(r"[A-Za-z0-9_.-]+\.service", sglang_server.unit_name(d)), sglang_server.unit_name(d)
     if _ANALYZE:
-        assert systemd_analyze(render.unit_name(d), text) == []
+        assert systemd_analyze(sglang_server.unit_name(d), text) == []
 
 
 # --- scripts -------------------------------------------------------------------------------------------
@@ -206,18 +208,18 @@ def check_other_files(d, files: dict[str, str]) -> None:
     for fname, text in files.items():
         if fname == secrets.SERVER_SECRETS_FILE:  # SGLang reads it as YAML: every value arrives as it is
             assert yaml.safe_load(text) == secrets.server_secret_flags(d) != {}
-        elif fname.endswith(".json") and fname != render.INSTALLED:
+        elif fname.endswith(".json") and fname != sglang_server.INSTALLED:
             assert json.loads(text) == config
         elif fname.endswith(".toml"):
             assert tomllib.loads(text) == config
         elif fname.endswith((".yaml", ".yml")):
             assert yaml.safe_load(text) == config
-        elif fname == render.INSTALLED:
+        elif fname == sglang_server.INSTALLED:
             json.loads(text)
         elif fname.endswith(".env"):
             lines = [line for line in text.splitlines() if line and not line.startswith("#")]
             assert all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", line) for line in lines), text
-    assert json.loads(nic.config_text(d)) == json.loads(json.dumps(nic.desired(d)))
+    assert json.loads(nic_tuning.config_text(d)) == json.loads(json.dumps(nic_tuning.desired(d)))
     mount = storage.mount(d)
     if mount is not None:
         assert "\n" not in mount.fstab_line and len(mount.fstab_line.split()) == 6, mount.fstab_line
@@ -231,13 +233,13 @@ def check_other_files(d, files: dict[str, str]) -> None:
     nfs = configparser.ConfigParser(strict=True, interpolation=None)
     nfs.read_string(storage.nfsrahead_conf(d))
     assert dict(nfs["nfsrahead"]) == {"nfs": str(d.storage_read_ahead_kb), "nfs4": str(d.storage_read_ahead_kb)}
-    memlock = [line.split() for line in limits.limits_conf(d).splitlines()[1:]]
+    memlock = [line.split() for line in host_limits.limits_conf(d).splitlines()[1:]]
     assert len(memlock) == 4 and all(len(fields) == 4 and fields[3] == d.limits_memlock for fields in memlock)
     dropin = configparser.ConfigParser(strict=True, interpolation=None)
     dropin.optionxform = str
-    dropin.read_string(limits.runtime_dropin(d))
-    assert dict(dropin["Service"]) == {"LimitMEMLOCK": limits.systemd_memlock(d)}
-    sysctl = limits.sysctl_conf(d)
+    dropin.read_string(host_limits.runtime_dropin(d))
+    assert dict(dropin["Service"]) == {"LimitMEMLOCK": host_limits.systemd_memlock(d)}
+    sysctl = host_limits.sysctl_conf(d)
     if sysctl:
         lines = sysctl.splitlines()[1:]
         assert [line.split(" = ", 1)[0] for line in lines] == list(d.host_sysctls)
@@ -245,9 +247,9 @@ def check_other_files(d, files: dict[str, str]) -> None:
 
 
 def assert_inert(d, name: str) -> None:
-    rendered = render.files(d)
+    rendered = sglang_server.files(d)
     files = {f.name: f.content for f in rendered}
-    check_unit(d, name, files[render.unit_name(d)])
+    check_unit(d, name, files[sglang_server.unit_name(d)])
     check_scripts(d, files)
     check_other_files(d, files)
 
@@ -286,10 +288,10 @@ def test_percent_in_the_served_name_reaches_the_unit_escaped():
     host, variables = _host_vars("vast")
     d, findings = rules.check_host(host, {**variables, "hicache_served_model_name": "llama 100% %n"})
     assert not rules.has_errors(findings)
-    unit = render.unit(d).content
+    unit = sglang_server.unit(d).content
     assert "Description=SGLang HiCache server (llama 100%% %%n)" in unit
     if _ANALYZE:
-        assert systemd_analyze(render.unit_name(d), unit) == []
+        assert systemd_analyze(sglang_server.unit_name(d), unit) == []
 
 
 def test_systemd_analyze_is_here():

@@ -15,7 +15,11 @@ import sys
 import pytest
 from support import ROOT, cli
 
-from hicachectl import l3, model, namespace, render, rules, schema
+from hicachectl import rules
+from hicachectl.config import namespace, schema
+from hicachectl.config.deployment import PREFIX
+from hicachectl.ops import l3
+from hicachectl.plans import sglang_server
 
 MODULE_PATH = ROOT / "plugins/modules/hicache_l3_namespaces.py"
 _spec = importlib.util.spec_from_file_location("hicache_l3_namespaces_under_test", MODULE_PATH)
@@ -230,7 +234,7 @@ def test_describe_names_the_namespace_and_what_it_comes_from_or_warns_when_off()
 
 def test_the_report_fact_is_public_and_not_a_variable():
     assert "hicache_l3_report" in schema.FACTS and "hicache_l3_report" not in schema.BY_NAME
-    assert model.PREFIX == "hicache_"
+    assert PREFIX == "hicache_"
 
 
 # --- what is never pruned --------------------------------------------------------------------------------
@@ -306,7 +310,7 @@ def deployed_report(record=None, exists=True, error=""):
 
 def test_what_each_server_runs_is_read_from_its_deployed_json_and_a_server_not_read_is_unknown():
     d = deployment("a", hicache_kv_cache_dtype="fp8_e4m3")
-    record = render.deployed(d, [])
+    record = sglang_server.deployed(d, [])
     assert record["l3_namespace"] == namespace.of(d) and record["l3_dir"] == namespace.host_dir(d)
     runs, unknown = l3.running({"a": deployed_report(record), "b": deployed_report({"l3_namespace": namespace.of(d)}),
                                 "c": deployed_report({"l3_namespace": None}),  # namespace off

@@ -21,7 +21,8 @@ import pytest
 import yaml
 from helpers import deployment
 
-from hicachectl import limits, plans
+from hicachectl.plans import container_runtime, host_limits
+from hicachectl.plans.plan import as_fact
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
@@ -29,7 +30,7 @@ ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbo
 
 def test_with_docker_the_memlock_drop_in_goes_on_containerd_as_well_as_docker():
     """Failed before: only docker.service got the drop-in, but the containers are children of containerd's shims."""
-    plan = plans.limits_plan(deployment("vast", container_runtime="docker"))
+    plan = host_limits.limits_plan(deployment("vast", container_runtime="docker"))
     assert plan.services == ("docker.service", "containerd.service")
     dropins = {f["path"]: f["content"] for f in plan.files if f["path"].startswith("/etc/systemd/system/")}
     assert set(dropins) == {"/etc/systemd/system/docker.service.d/90-hicache-memlock.conf",
@@ -40,34 +41,34 @@ def test_with_docker_the_memlock_drop_in_goes_on_containerd_as_well_as_docker():
 
 
 def test_podman_has_no_daemon_and_a_named_runtime_service_still_brings_containerd_with_docker():
-    assert plans.limits_plan(deployment("vast", container_runtime="podman")).services == ()
-    named = plans.limits_plan(deployment("vast", container_runtime="docker", limits_runtime_service="docker-ce.service"))
+    assert host_limits.limits_plan(deployment("vast", container_runtime="podman")).services == ()
+    named = host_limits.limits_plan(deployment("vast", container_runtime="docker", limits_runtime_service="docker-ce.service"))
     assert named.services == ("docker-ce.service", "containerd.service")
-    assert plans.runtime_plan(deployment("vast", container_runtime="docker")).units == ("containerd.service", "docker.service")
+    assert container_runtime.runtime_plan(deployment("vast", container_runtime="docker")).units == ("containerd.service", "docker.service")
 
 
 def test_a_number_of_kib_is_bytes_in_proc_limits_and_in_systemd():
     d = deployment("vast", container_runtime="docker", limits_memlock="4096")
-    assert limits.proc_memlock(d) == limits.systemd_memlock(d) == str(4096 * 1024)
+    assert host_limits.proc_memlock(d) == host_limits.systemd_memlock(d) == str(4096 * 1024)
 
 
 def test_the_runtime_units_findings_are_judged_once_for_the_check_and_the_restart():
-    """apply.yml restarts the `stale` units; checks.yml reports every finding: both read limits.runtime_unit_findings."""
-    plan = plans.as_fact(plans.limits_plan(deployment("vast", container_runtime="docker", limits_memlock="unlimited",
+    """apply.yml restarts the `stale` units; checks.yml reports every finding: both read host_limits.runtime_unit_findings."""
+    plan = as_fact(host_limits.limits_plan(deployment("vast", container_runtime="docker", limits_memlock="unlimited",
                                                       limits_restart_runtime=True)))
     lines = ["docker.service|loaded|41|infinity|unlimited|unlimited", "containerd.service|loaded|42|infinity|8388608|8388608",
              "other.service|not-found|0|||", "stopped.service|loaded|0|infinity||", "wrong.service|loaded|0|8388608||"]
-    found = {f["unit"]: f for f in limits.runtime_unit_findings(plan, lines)}
+    found = {f["unit"]: f for f in host_limits.runtime_unit_findings(plan, lines)}
     assert set(found) == {"containerd.service", "other.service", "wrong.service"}
     assert found["containerd.service"]["stale"] and not found["containerd.service"]["tolerated"]  # the role may restart it
     assert found["other.service"]["tolerated"] and not found["other.service"]["stale"]
     assert found["wrong.service"]["reason"] == "wrong.service: LimitMEMLOCK=8388608, wanted infinity"
     plan["restart"] = False
-    assert limits.runtime_unit_findings(plan, lines[1:2])[0]["tolerated"]  # a gap: it gets the limit at its next start
-    assert limits.runtime_unit_findings(plan, lines[1:2])[0]["note"]  # the vast profile's run line has --ulimit memlock=-1
-    assert plans.limits_plan(deployment("vast", container_runtime="docker")).server_sets_memlock
-    assert not plans.limits_plan(deployment("vast", container_runtime="docker", container_ulimits={"stack": 67108864})).server_sets_memlock
-    assert not plans.limits_plan(deployment("vast", container_runtime="none", cache_container_dir=None, model_dir=None)).server_sets_memlock
+    assert host_limits.runtime_unit_findings(plan, lines[1:2])[0]["tolerated"]  # a gap: it gets the limit at its next start
+    assert host_limits.runtime_unit_findings(plan, lines[1:2])[0]["note"]  # the vast profile's run line has --ulimit memlock=-1
+    assert host_limits.limits_plan(deployment("vast", container_runtime="docker")).server_sets_memlock
+    assert not host_limits.limits_plan(deployment("vast", container_runtime="docker", container_ulimits={"stack": 67108864})).server_sets_memlock
+    assert not host_limits.limits_plan(deployment("vast", container_runtime="none", cache_container_dir=None, model_dir=None)).server_sets_memlock
 
 
 # -- the role's check, against real processes ------------------------------------------------------------------------
@@ -107,7 +108,7 @@ def units(tmp_path):
         d = deployment("vast", container_runtime="docker", limits_memlock=memlock_kib, limits_restart_runtime=restart, strict=False,
                        container_ulimits=ulimits if ulimits is not None else {"stack": 67108864})
         play = [{"hosts": "localhost", "gather_facts": False,
-                 "vars": {"ansible_python_interpreter": sys.executable, "hicache_facts": {"systemd": True, "units": unit_properties}, "__hicache_limits": plans.as_fact(plans.limits_plan(d))},
+                 "vars": {"ansible_python_interpreter": sys.executable, "hicache_facts": {"systemd": True, "units": unit_properties}, "__hicache_limits": as_fact(host_limits.limits_plan(d))},
                  "tasks": [{"ansible.builtin.import_tasks": str(ROOT / "roles/host_limits/tasks/checks.yml")}]}]
         (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
         env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PATH": f"{bindir}:{os.environ['PATH']}",

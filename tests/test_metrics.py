@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from hicachectl import metrics
+from hicachectl.ops import metrics
 
 
 def storage(name, value, backend="file", tp=0, dp=0, pp=0, pp_size=1, cp=0, cp_size=1, **extra):

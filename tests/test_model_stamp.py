@@ -152,7 +152,7 @@ def test_empty_directory_refuses_root():
 def test_the_lock_of_a_shared_directory_survives_a_clean_and_is_no_file_of_the_model(model_dir):
     """roles/model/tasks/weights.yml holds hicache_lock's file (and its guard) in a shared model directory while the
     download's begin empties it for another repository: both stay, and finish does not record them as the model's."""
-    from hicachectl import rolling
+    from hicachectl.ops import rolling
 
     assert stamp_module.DOWNLOAD_LOCK == rolling.DOWNLOAD_LOCK  # the role's lock path and the module agree
     run(model_dir, "begin")

@@ -26,7 +26,7 @@ import pytest
 import yaml
 from support import ROOT, cli
 
-from hicachectl import metrics, monitoring
+from hicachectl.ops import metrics, monitoring
 
 sys.path.insert(0, str(ROOT / "tests/infra"))
 from fleet import free_port  # noqa: E402
@@ -88,14 +88,14 @@ def test_targets_from_the_inventory_with_host_and_model_labels(tmp_path):
 
 
 def test_a_loopback_server_on_a_remote_host_and_metrics_off_are_named(tmp_path):
-    from hicachectl import model
+    from hicachectl.config.deployment import build
 
-    d = model.build("gpu-01", {"hicache_image": "lmsysorg/sglang:v0.5.21", "hicache_model_path": "/m", "hicache_host": "127.0.0.1",
+    d = build("gpu-01", {"hicache_image": "lmsysorg/sglang:v0.5.21", "hicache_model_path": "/m", "hicache_host": "127.0.0.1",
                                "hicache_port": 8000, "hicache_enable_metrics": False})
     target, notes = monitoring.server_target("prod", d, {"ansible_host": "10.0.0.5"})
     assert target.address == "10.0.0.5:8000"
     assert any("listens on 127.0.0.1 only" in n for n in notes) and any("hicache_enable_metrics is false" in n for n in notes)
-    bound = model.build("gpu-02", {"hicache_image": "lmsysorg/sglang:v0.5.21", "hicache_model_path": "/m", "hicache_host": "fd00::7", "hicache_port": 8000})
+    bound = build("gpu-02", {"hicache_image": "lmsysorg/sglang:v0.5.21", "hicache_model_path": "/m", "hicache_host": "fd00::7", "hicache_port": 8000})
     assert monitoring.server_target("prod", bound, {"ansible_host": "10.0.0.6"})[0].address == "[fd00::7]:8000"
     assert monitoring.router_targets("prod") == []  # the hook: no routers group yet
     assert monitoring.file_sd(monitoring.router_targets("prod", {"r1": ("10.0.0.9", 30080)})) == [
@@ -114,7 +114,7 @@ def test_every_metric_is_one_sglang_exports_and_the_standin_or_its_source_shows_
         names = {monitoring.base_metric(n) for n in monitoring.metric_names(expr)}
         assert names, f"{where}: no metric found in {expr}"
         unknown = names - set(monitoring.SGLANG_METRICS) - PROMETHEUS_OWN
-        assert not unknown, f"{where}: {unknown} not among SGLang's metrics (hicachectl/monitoring.py SGLANG_METRICS)"
+        assert not unknown, f"{where}: {unknown} not among SGLang's metrics (hicachectl/ops/monitoring.py SGLANG_METRICS)"
         used |= {n for n in monitoring.metric_names(expr)}
     for name in used - PROMETHEUS_OWN:
         assert name in exported or name in SGLANG_ONLY, f"{name}: neither exported by the stand-in nor listed as SGLang-only with its source"

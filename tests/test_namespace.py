@@ -8,9 +8,12 @@ import re
 import pytest
 from helpers import deployment, rendered
 
-from hicachectl import launch, namespace, rules, schema
+from hicachectl import rules
 
 # Each setting that changes what a page holds, with a second value: each must give another namespace.
+from hicachectl.config import namespace, schema
+from hicachectl.plans import launch
+
 PAGE_FORMAT = {
     "kv_cache_dtype": "fp8_e4m3",
     "page_size": 64,

@@ -20,7 +20,7 @@ import pytest
 from helpers import deployment
 from support import ROOT
 
-from hicachectl import hoststate, nic
+from hicachectl.plans import nic_tuning
 
 PROGRAM = ROOT / "roles/nic_tuning/files/hicache-nic-tuning"
 
@@ -57,7 +57,7 @@ def program(root, mode, config):
 
 
 def test_it_finds_the_storage_port_and_only_what_differs(sample_connectx):
-    config = nic.desired(deployment("vast", storage_localports=["ens1f0np0"]))
+    config = nic_tuning.desired(deployment("vast", storage_localports=["ens1f0np0"]))
     rc, report = program(sample_connectx, "--check-json", config)
     assert rc == 0 and report["interfaces"] == ["ens1f0np0"]
     assert report["selected"] == [{"port": "ens1f0np0", "reason": "named in hicache_storage_localports"}]
@@ -71,7 +71,7 @@ def test_it_finds_the_storage_port_and_only_what_differs(sample_connectx):
 
 
 def test_apply_writes_the_files_then_nothing_differs_but_what_needs_a_tool(sample_connectx):
-    config = nic.desired(deployment("vast", storage_localports=["ens1f0np0"]))
+    config = nic_tuning.desired(deployment("vast", storage_localports=["ens1f0np0"]))
     rc, report = program(sample_connectx, "--apply-json", config)
     assert rc == 1 and [f["what"] for f in report["failed"]] == ["ens1f0np0 mtu"]  # `ip` is absent here
     assert (sample_connectx / "sys/class/net/ens1f0np0/ecn/roce_np/enable/3").read_text() == "1"
@@ -83,19 +83,19 @@ def test_apply_writes_the_files_then_nothing_differs_but_what_needs_a_tool(sampl
 
 def test_no_connectx_port_is_a_reason_not_a_success(tmp_path):
     write(tmp_path, "/sys/class/net/eth0/mtu", "1500")
-    rc, report = program(tmp_path, "--check-json", nic.desired(deployment("vast")))
+    rc, report = program(tmp_path, "--check-json", nic_tuning.desired(deployment("vast")))
     assert rc == 0 and report["changes"] == [] and report["interfaces"] == []
     assert report["unavailable"][0] == {"what": "interfaces", "reason": "no ConnectX port (driver mlx5_core, PCI vendor 0x15b3) on this host"}
     assert [u["reason"].rsplit(": ", 1)[1] for u in report["unavailable"][1:]] == ["no interface ens1f0np0", "no interface ens2f0np0"]
 
 
 def test_pfc_and_ecn_follow_the_inventory():
-    desired = nic.desired(deployment("vast", nic_pfc_priorities=[3, 4], nic_ecn_priorities=[]))
+    desired = nic_tuning.desired(deployment("vast", nic_pfc_priorities=[3, 4], nic_ecn_priorities=[]))
     assert desired["pfc"] == [0, 0, 0, 1, 1, 0, 0, 0] and desired["ecn_priorities"] == []
 
 
 def test_a_named_port_that_is_absent_is_reported_by_name(sample_connectx):
-    config = {**nic.desired(deployment("vast")), "interfaces": ["ens1f0np0", "ens9f0np0"]}
+    config = {**nic_tuning.desired(deployment("vast")), "interfaces": ["ens1f0np0", "ens9f0np0"]}
     rc, report = program(sample_connectx, "--check-json", config)
     assert rc == 0 and report["missing"] == ["ens9f0np0"] and report["connectx"] == ["ens1f0np0"]
     assert {"what": "ens9f0np0", "reason": "no interface ens9f0np0 on this host (named in hicache_nic_interfaces)"} in report["unavailable"]
@@ -109,7 +109,7 @@ def test_a_null_leaves_the_setting_neither_read_nor_written(sample_connectx):
 
     left = deployment("vast", storage_localports=["ens1f0np0"], nic_pfc_priorities=[])
     left = dataclasses.replace(left, nic_rings=None, nic_qos_trust=None, nic_cpu_governor=None, nic_roce_dscp=None)
-    config = nic.desired(left)
+    config = nic_tuning.desired(left)
     assert config["left"] == {"rings": "hicache_nic_rings", "channels": "hicache_nic_channels", "qos_trust": "hicache_nic_qos_trust",
                               "roce_tos": "hicache_nic_roce_dscp", "max_read_request": "hicache_nic_max_read_request",
                               "cpu_governor": "hicache_nic_cpu_governor"}
@@ -121,7 +121,7 @@ def test_a_null_leaves_the_setting_neither_read_nor_written(sample_connectx):
                                                        "ens1f0np0 max read request", "cpu governor"}
         assert {"what": "ens1f0np0 rings", "reason": "no value in hicache_nic_rings (null or unset): left as it is, not checked"} in report["left"]
         # the role's note says them as not checked (roles/nic_tuning/tasks/checks.yml): neither passed nor failed
-        verdict = hoststate.nic_verdict(report, asked=True)
+        verdict = nic_tuning.nic_verdict(report, asked=True)
         assert "ens1f0np0 rings: no value in hicache_nic_rings (null or unset): left as it is, not checked" in verdict["left"]
         assert not [f for f in verdict["failures"] if "rings" in f]
     assert (sample_connectx / "sys/devices/system/cpu/cpu0/cpufreq/scaling_governor").read_text() == "powersave\n"  # untouched
@@ -129,7 +129,7 @@ def test_a_null_leaves_the_setting_neither_read_nor_written(sample_connectx):
 
 
 def test_without_nulls_nothing_is_left_but_what_is_unset_by_default(sample_connectx):
-    rc, report = program(sample_connectx, "--check-json", nic.desired(deployment("vast", storage_localports=["ens1f0np0"])))
+    rc, report = program(sample_connectx, "--check-json", nic_tuning.desired(deployment("vast", storage_localports=["ens1f0np0"])))
     assert {x["what"] for x in report["left"]} == {"ens1f0np0 channels", "ens1f0np0 max read request"}  # their defaults are None
     assert "ens1f0np0 rings" in {u["what"] for u in report["unavailable"]}  # ethtool absent here: read, so a reason
 
@@ -141,7 +141,7 @@ def test_a_vlan_over_a_bond_takes_its_mtu_after_the_bond(sample_connectx):
     for upper, lower in (("bond0", "ens1f0np0"), ("bond0.100", "bond0")):
         write(sample_connectx, f"/sys/class/net/{upper}/mtu", "1500")
         (net / upper / f"lower_{lower}").symlink_to(f"../{lower}")
-    config = nic.desired(deployment("vast", storage_localports=["bond0.100"]))
+    config = nic_tuning.desired(deployment("vast", storage_localports=["bond0.100"]))
     _, report = program(sample_connectx, "--check-json", config)
     assert report["interfaces"] == ["ens1f0np0"] and report["uppers"] == ["bond0", "bond0.100"]
     assert [c["what"] for c in report["changes"] if c["what"].endswith(" mtu")] == ["ens1f0np0 mtu", "bond0 mtu", "bond0.100 mtu"]

@@ -18,7 +18,7 @@ import pytest
 from helpers import deployment
 from support import ROOT
 
-from hicachectl import hoststate, nic
+from hicachectl.plans import nic_tuning
 
 PROGRAM = ROOT / "roles/nic_tuning/files/hicache-nic-tuning"
 SAMPLES = ROOT / "tests/samples/nic"
@@ -51,7 +51,7 @@ def program(sample_root, mode, config):
 
 def routed(**overrides):
     """The vast profile reaching its server by route: no localports, the server an address the samples route."""
-    return {**nic.desired(deployment("vast", storage_localports=[], storage_server=SERVER, **overrides))}
+    return {**nic_tuning.desired(deployment("vast", storage_localports=[], storage_server=SERVER, **overrides))}
 
 
 def test_ofed_tunes_the_bond_s_ports_that_route_to_the_server_not_the_front_end(tmp_path):
@@ -109,24 +109,24 @@ def test_rings_change_only_where_they_differ_and_say_they_reopen_the_queues(tmp_
     assert [c["what"] for c in rings] == (["ens1f0np0 rings", "ens1f1np1 rings"] if differs else [])
     assert all(c["note"] == "reopens the port's queues (traffic on it pauses for a moment)" for c in rings)
     if differs:
-        assert "ens1f0np0 rings (reopens the port's queues" in " ".join(hoststate.nic_verdict(report, asked=True)["changes"])
+        assert "ens1f0np0 rings (reopens the port's queues" in " ".join(nic_tuning.nic_verdict(report, asked=True)["changes"])
 
 
 def test_inbox_mlx5_ecn_is_a_named_gap_not_a_failure_with_the_shipped_defaults(tmp_path):
-    config = nic.desired(deployment("vast", storage_localports=["10.10.0.5"]))
+    config = nic_tuning.desired(deployment("vast", storage_localports=["10.10.0.5"]))
     rc, report = program(sample(tmp_path, "inbox-mlx5"), "--check-json", config)
     assert report["interfaces"] == ["ens1f0np0"] and report["uppers"] == ["ens1f0np0.100"]
     assert report["selected"][0]["reason"] == "holds 10.10.0.5 (hicache_storage_localports), below ens1f0np0.100"
     ecn = next(u for u in report["not_offered"] if u["what"] == "ens1f0np0 ecn")
     assert "MLNX_OFED/DOCA" in ecn["reason"] and ecn["setting"] == "ecn"
     assert not any("ecn" in u["what"] for u in report["unavailable"])
-    verdict = hoststate.nic_verdict(report, asked=True)
+    verdict = nic_tuning.nic_verdict(report, asked=True)
     assert not any("ecn" in f for f in verdict["failures"]) and f"ens1f0np0 ecn: {ecn['reason']}" in verdict["driver_gaps"]
-    assert any("ecn" in f for f in hoststate.nic_verdict(report, asked=True, ecn_required=True)["failures"])
+    assert any("ecn" in f for f in nic_tuning.nic_verdict(report, asked=True, ecn_required=True)["failures"])
 
 
 def test_inbox_mlx5_without_a_group_reads_the_kernel_default_tos(tmp_path):
-    config = nic.desired(deployment("vast", storage_localports=["ens1f0np0.100"]))
+    config = nic_tuning.desired(deployment("vast", storage_localports=["ens1f0np0.100"]))
     _, report = program(sample(tmp_path, "inbox-mlx5"), "--check-json", config)
     tos = next(c for c in report["changes"] if c["what"] == "ens1f0np0 roce tos")
     assert tos["current"] == 0 and tos["apply"] == ["roce_tos", "mlx5_0", "1", "104"]
@@ -157,7 +157,7 @@ def test_no_route_and_nothing_recorded_is_a_failure_naming_why(tmp_path):
     assert report["interfaces"] == [] and report["unavailable"] == [
         {"what": "storage ports", "reason": "cannot tell which ports carry the storage traffic: ip -json route get 172.16.10.20: "
                                             "RTNETLINK answers: Network is unreachable"}]
-    assert hoststate.nic_verdict(report, asked=True)["failures"]
+    assert nic_tuning.nic_verdict(report, asked=True)["failures"]
 
 
 def test_a_virtio_host_tunes_nothing_unless_named_and_a_named_port_s_mtu_changes(tmp_path):
@@ -191,19 +191,18 @@ def test_a_hung_tool_is_cut_off(tmp_path):
 
 
 def test_the_boot_unit_runs_before_the_network_after_the_driver_stack_and_bounded():
-    unit = nic.unit_text()
+    unit = nic_tuning.unit_text()
     lines = unit.splitlines()
     assert "Before=network-pre.target shutdown.target" in lines and "Wants=network-pre.target" in lines
     assert any(line.startswith("After=") and "openibd.service" in line for line in lines)
     assert not any(line.startswith("After=") and "network-pre.target" in line for line in lines)
-    assert f"TimeoutStartSec={nic.START_TIMEOUT}" in lines and nic.TOOL_TIMEOUT * 4 < nic.START_TIMEOUT
+    assert f"TimeoutStartSec={nic_tuning.START_TIMEOUT}" in lines and nic_tuning.TOOL_TIMEOUT * 4 < nic_tuning.START_TIMEOUT
 
 
 def test_render_says_which_ports_and_why():
-    from hicachectl import plans
 
-    assert "hicache_storage_localports" in plans.nic_plan(deployment("vast")).selection
-    routed_plan = plans.nic_plan(deployment("vast", storage_localports=[], storage_server=SERVER))
+    assert "hicache_storage_localports" in nic_tuning.nic_plan(deployment("vast")).selection
+    routed_plan = nic_tuning.nic_plan(deployment("vast", storage_localports=[], storage_server=SERVER))
     assert f"route to hicache_storage_server {SERVER}" in routed_plan.selection
     assert json.loads(routed_plan.config_text)["selection"] == routed_plan.selection  # render shows the config file
 
@@ -243,14 +242,14 @@ def test_inbox_mlx5_with_the_shipped_defaults_is_degraded_with_named_gaps_never_
     test above looked at ECN only."""
     root, tool = sample(tmp_path, "inbox-mlx5")
     with_ethtool(tmp_path)
-    config = {**nic.desired(deployment("vast", storage_localports=["10.10.0.5"])), "channels": None}
+    config = {**nic_tuning.desired(deployment("vast", storage_localports=["10.10.0.5"])), "channels": None}
     _, report = program((root, tool), "--check-json", config)
-    verdict = hoststate.nic_verdict(report, asked=True)
+    verdict = nic_tuning.nic_verdict(report, asked=True)
     assert verdict["failures"] == [], verdict
     assert sorted(g.split(":")[0] for g in verdict["driver_gaps"]) == ["ens1f0np0 ecn", "ens1f0np0 qos"]
     assert any("MLNX_OFED/DOCA's mlnx-tools" in g for g in verdict["driver_gaps"] if g.startswith("ens1f0np0 qos"))
     # hicache_nic_ecn_required makes ECN's gap a failure, not the QoS one
-    required = hoststate.nic_verdict(report, asked=True, ecn_required=True)
+    required = nic_tuning.nic_verdict(report, asked=True, ecn_required=True)
     assert [f.split(":")[0] for f in required["failures"]] == ["ens1f0np0 ecn"]
     assert [g.split(":")[0] for g in required["driver_gaps"]] == ["ens1f0np0 qos"]
 
@@ -273,7 +272,7 @@ def test_a_roce_lag_bond_sets_the_tos_of_its_one_rdma_device_once_named_after_th
     assert [c for c in report["changes"] if "roce tos" in c["what"]] == [
         {"what": "bond0 roce tos (mlx5_bond_0 port 1)", "current": 0, "wanted": 104, "apply": ["roce_tos", "mlx5_bond_0", "1", "104"]}]
     assert not any("roce tos" in u["what"] for u in report["unavailable"])
-    assert not [f for f in hoststate.nic_verdict(report, asked=True)["failures"] if "roce tos" in f or "RDMA" in f]
+    assert not [f for f in nic_tuning.nic_verdict(report, asked=True)["failures"] if "roce tos" in f or "RDMA" in f]
     rc, applied = program(root, "--apply-json", routed())
     assert rc == 0 and applied["failed"] == [] and "bond0 roce tos (mlx5_bond_0 port 1)" in applied["applied"]
     assert (root[0] / "sys/kernel/config/rdma_cm/mlx5_bond_0/ports/1/default_roce_tos").read_text() == "104"
@@ -312,7 +311,7 @@ def test_a_port_with_no_rdma_device_and_no_bond_is_still_a_reason(tmp_path):
 def test_the_recorded_selection_keeps_the_bond_above_the_ports(tmp_path):
     root = sample(tmp_path, "ofed-mlx5")
     program(root, "--apply-json", routed())
-    recorded = json.loads((root[0] / nic.SELECTION_FILE.lstrip("/")).read_text())
+    recorded = json.loads((root[0] / nic_tuning.SELECTION_FILE.lstrip("/")).read_text())
     assert [s["port"] for s in recorded["selected"]] == ["ens1f0np0", "ens1f1np1"] and recorded["uppers"] == ["bond0"]
 
 
@@ -354,7 +353,7 @@ def test_a_bond_s_jumbo_mtu_outlives_the_boot_it_appears_after(tmp_path):
     assert rc == 0 and boot["failed"] == [] and boot["uppers"] == []
     assert [c["what"] for c in boot["changes"] if c["what"].endswith(" mtu")] == ["ens1f0np0 mtu", "ens1f1np1 mtu"]
     assert not any("bond0" in u["what"] for u in boot["unavailable"])
-    assert not [f for f in hoststate.nic_verdict(boot, asked=True)["failures"] if " mtu" in f or "bond0" in f]
+    assert not [f for f in nic_tuning.nic_verdict(boot, asked=True)["failures"] if " mtu" in f or "bond0" in f]
     assert (net / "ens1f0np0/mtu").read_text() == "9000\n"
     the_network_makes_the_bond(net)
     assert (net / "ens1f0np0/mtu").read_text() == "1500\n"
@@ -368,7 +367,7 @@ def test_a_bond_s_jumbo_mtu_outlives_the_boot_it_appears_after(tmp_path):
 def test_the_udev_rule_reapplies_when_an_rdma_device_a_bond_or_a_vlan_appears():
     """A net device's uevent carries DEVTYPE from its device_type: "bond" (drivers/net/bonding/bond_main.c) or "vlan"
     (net/8021q/vlan_dev.c); drivers/base/core.c, dev_uevent."""
-    run = f'RUN+="/bin/systemctl --no-block restart {nic.UNIT}"'
-    rules = [line for line in nic.udev_rule_text().splitlines() if not line.startswith("#")]
+    run = f'RUN+="/bin/systemctl --no-block restart {nic_tuning.UNIT}"'
+    rules = [line for line in nic_tuning.udev_rule_text().splitlines() if not line.startswith("#")]
     assert rules == [f'ACTION=="add", SUBSYSTEM=="infiniband", {run}',
                      f'ACTION=="add", SUBSYSTEM=="net", ENV{{DEVTYPE}}=="bond|vlan", {run}']

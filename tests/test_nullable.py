@@ -19,7 +19,8 @@ import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from support import ROOT
 
-from hicachectl import rules, schema
+from hicachectl import rules
+from hicachectl.config import schema
 
 ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 # What the NIC variables' descriptions say null leaves (issue 22's VM test set the first three)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import yaml
 from support import ROOT, cli, cli_json
 
-from hicachectl import cli_observe
+from hicachectl.cli import observe as cli_observe
 
 
 def _check(item, status, detail="", blocking=False):

@@ -1,7 +1,7 @@
 """Output for people (issue 24, items 5, 6 and 8): a run says each change once, a host the run never reached gets no
 note about a lock, the host table wraps its reasons and folds a fleet's identical outcomes, a secret written in
 plain text gets validate's warning (never its value), and bench works without matplotlib, saying what the chart
-needs. Nothing here contacts a host: the runs are replayed through a stand-in for hicachectl.runner.run_playbook,
+needs. Nothing here contacts a host: the runs are replayed through a stand-in for hicachectl.cli.runner.run_playbook,
 the inventories point at 127.0.0.1:1."""
 
 from __future__ import annotations
@@ -22,11 +22,16 @@ import yaml
 from support import ROOT, cli, cli_json
 from typer.testing import CliRunner
 
-from hicachectl import bench, cli_change, cli_common, report, runner, secrets
-from hicachectl import cli as hicli
-from hicachectl.inventory import Written
+from hicachectl.cli import change as cli_change
+from hicachectl.cli import common as cli_common
+from hicachectl.cli import main as hicli
+from hicachectl.cli import runner
+from hicachectl.cli.runner import Change, HostResult, Record, RunResult
+from hicachectl.config import secrets
+from hicachectl.config.inventory import Written
+from hicachectl.formats import report
+from hicachectl.ops import bench
 from hicachectl.rules.variables import plain_text_secrets
-from hicachectl.runner import Change, HostResult, Record, RunResult
 
 ANSIBLE_VAULT = pathlib.Path(sys.executable).parent / "ansible-vault"
 INSTALL = "Install start.sh, run.sh, serve.sh and the backend config"

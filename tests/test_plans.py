@@ -1,4 +1,4 @@
-"""The typed plans (hicachectl/plans.py), the one-step file module (hicache_files) and the one-task check
+"""The typed plans (hicachectl/plans/, one module per role), the one-step file module (hicache_files) and the one-task check
 (hicache_gap's `tolerated`): the plans answer "can it run here" from the host facts; the module writes what differs
 once, reports each labelled file it changed and changes nothing on a second run or in check mode."""
 
@@ -15,8 +15,10 @@ import pytest
 import yaml
 from support import ROOT
 
-from hicachectl import plans, rules
-from hicachectl.runner import _changes
+from hicachectl import rules
+from hicachectl.cli.runner import _changes
+from hicachectl.plans import container_runtime, model, sglang_image, sglang_server
+from hicachectl.plans.plan import as_fact
 
 ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 # Whoever runs the tests owns the files: by name, and by numeric id (as hicache_cache_owner may give it).
@@ -37,16 +39,16 @@ def facts(*tools: str, systemd: bool = True) -> dict:
 
 def test_the_server_plan_says_why_no_server_can_run_here():
     d = deployment("sglang_server", hicache_container_runtime="podman")
-    assert plans.server_plan(d, facts=facts("podman")).cannot_run == ""
-    assert plans.server_plan(d, facts=facts()).cannot_run == "podman is not installed on this host"
-    assert plans.server_plan(d, facts=facts("podman", systemd=False)).cannot_run.startswith("systemd does not run this host")
-    assert plans.server_plan(d).cannot_run == ""  # without facts nothing is claimed either way
+    assert sglang_server.server_plan(d, facts=facts("podman")).cannot_run == ""
+    assert sglang_server.server_plan(d, facts=facts()).cannot_run == "podman is not installed on this host"
+    assert sglang_server.server_plan(d, facts=facts("podman", systemd=False)).cannot_run.startswith("systemd does not run this host")
+    assert sglang_server.server_plan(d).cannot_run == ""  # without facts nothing is claimed either way
     on_host = deployment("sglang_server", hicache_container_runtime="none", hicache_cache_container_dir=None, hicache_model_dir=None)
-    assert plans.server_plan(on_host, facts=facts()).cannot_run == ""
+    assert sglang_server.server_plan(on_host, facts=facts()).cannot_run == ""
 
 
 def test_the_public_files_are_every_file_without_a_secret_backed_up():
-    plan = plans.as_fact(plans.server_plan(deployment("sglang_server")))
+    plan = as_fact(sglang_server.server_plan(deployment("sglang_server")))
     assert {f["label"] for f in plan["public_files"]} == {f["name"] for f in plan["files"] if not f["secret"]}
     assert all(f["backup"] and f["path"] == f"{plan['cfg_dir']}/{f['label']}" for f in plan["public_files"])
     json.dumps(plan)  # what set_fact keeps: plain data
@@ -54,14 +56,14 @@ def test_the_public_files_are_every_file_without_a_secret_backed_up():
 
 def test_runtime_image_and_model_plans_read_the_host_facts():
     runtime = deployment("container_runtime", hicache_container_runtime="docker")
-    assert plans.runtime_plan(runtime, facts("docker", "nvidia-ctk")).missing == ""
-    assert plans.runtime_plan(runtime, facts("nvidia-ctk")).missing == "docker is not installed on this host"
-    assert "nvidia-ctk" in plans.runtime_plan(runtime, facts("docker")).missing
+    assert container_runtime.runtime_plan(runtime, facts("docker", "nvidia-ctk")).missing == ""
+    assert container_runtime.runtime_plan(runtime, facts("nvidia-ctk")).missing == "docker is not installed on this host"
+    assert "nvidia-ctk" in container_runtime.runtime_plan(runtime, facts("docker")).missing
     image = deployment("sglang_image", hicache_container_runtime="docker")
-    assert plans.image_plan(image, facts("docker")).runtime_found is True
-    assert plans.image_plan(image, facts()).runtime_found is False
-    model = deployment("model")
-    assert plans.model_plan(model, facts("hf")).hub_client_found is True and plans.model_plan(model, facts()).hub_client_found is False
+    assert sglang_image.image_plan(image, facts("docker")).runtime_found is True
+    assert sglang_image.image_plan(image, facts()).runtime_found is False
+    weights = deployment("model")
+    assert model.model_plan(weights, facts("hf")).hub_client_found is True and model.model_plan(weights, facts()).hub_client_found is False
 
 
 def test_a_module_that_changed_several_files_reports_each_by_label():

@@ -102,7 +102,7 @@ def test_syntax_check_of_every_playbook():
 
 
 def test_argument_specs_match_the_catalogue():
-    proc = subprocess.run([sys.executable, "-m", "hicachectl.schema"], cwd=ROOT, capture_output=True, text=True)
-    assert proc.returncode == 0, "argument_specs drifted from hicachectl/schema.py; run python -m hicachectl.schema --write\n" + proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "hicachectl.config.schema"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, "argument_specs drifted from hicachectl/config/schema.py; run python -m hicachectl.config.schema --write\n" + proc.stdout
     specs = yaml.safe_load((ROOT / "roles/sglang_server/meta/argument_specs.yml").read_text())
     assert specs["argument_specs"]["main"]["options"]["hicache_image"]["required"] is True

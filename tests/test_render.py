@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from strategies import NASTY, SERVED_NAME
 from support import ROOT, cli, cli_json
 
-from hicachectl import launch, tomlwriter
+from hicachectl.formats import tomlwriter
+from hicachectl.plans import host_files, host_limits, launch, nic_tuning, storage
 
 
 @settings(max_examples=60, deadline=None)
@@ -102,7 +103,7 @@ def test_init_local_keeps_the_local_connection(tmp_path):
 
 
 def test_cli_start_imports_no_ansible():
-    code = "import sys, hicachectl.cli; print(sorted(m for m in sys.modules if m.split('.')[0] in ('ansible', 'ansible_runner', 'jinja2')))"
+    code = "import sys, hicachectl.cli.main; print(sorted(m for m in sys.modules if m.split('.')[0] in ('ansible', 'ansible_runner', 'jinja2')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert out.strip() == "[]"
     assert cli("--help").returncode == 0
@@ -169,7 +170,7 @@ def test_render_a_router_host_shows_its_workers_and_unit(tmp_path):
     # the router's workers are every server of the inventory, though --host selected the router alone
     assert files["/opt/sglang-router/workers.env"].splitlines()[-1] == \
         "HICACHE_ROUTER_WORKER_URLS=http://127.0.0.1:30001 http://127.0.0.2:30000"
-    from hicachectl import router as routing
+    from hicachectl.plans import router as routing
 
     # the role's own template (roles/router/templates/sglang-router.service.j2), filled with the role's plan
     unit = files["/etc/systemd/system/sglang-router.service"]
@@ -216,16 +217,17 @@ def _role_write_paths(facts: dict) -> set[str]:
 def test_render_lists_every_file_the_roles_write(tmp_path):
     """Each path a role's task writes, templated with that role's own plan, is a file render shows. (Those written only
     as copies of rendered files: the rollback copy, deployed.json, the wheelhouse, the uring marker, are not config.)"""
-    from hicachectl import plans, render, router
+    from hicachectl.plans import router, sglang_server
+    from hicachectl.plans.plan import as_fact
 
     inventory = _with_router(tmp_path / "inv", _profile_vars("vast"))
     report = cli_json("render", "-i", str(inventory))
     shown = {h: {f["path"] for f in entry["host_files"]} for h, entry in report["hosts"].items()}
     d = deployment("vast")
     rd = router.check_router_host("router-01", {})[0]
-    facts = {"__hicache_nic": plans.as_fact(plans.nic_plan(d)), "__hicache_storage": plans.as_fact(plans.storage_plan(d, {})),
-             "__hicache_limits": plans.as_fact(plans.limits_plan(d)), "__hicache_server_rendered": plans.as_fact(plans.server_plan(d)),
-             "__hicache_server_fallback": plans.as_fact(plans.server_plan(d, uring_fallback=True)),
+    facts = {"__hicache_nic": as_fact(nic_tuning.nic_plan(d)), "__hicache_storage": as_fact(storage.storage_plan(d, {})),
+             "__hicache_limits": as_fact(host_limits.limits_plan(d)), "__hicache_server_rendered": as_fact(sglang_server.server_plan(d)),
+             "__hicache_server_fallback": as_fact(sglang_server.server_plan(d, uring_fallback=True)),
              "__hicache_router": router.plan(rd, {}, [])}
     not_config = {"roles/sglang_server/tasks/service.yml": {"/etc/hicache/nixl-uring-unavailable"},
                   "roles/router/tasks/main.yml": {"None/"},  # the wheelhouse copy (none here: no hicache_router_wheelhouse)
@@ -236,7 +238,7 @@ def test_render_lists_every_file_the_roles_write(tmp_path):
     looped = {w for w in written if w.startswith(f"{d.cfg_dir}/") and w.endswith("/")}
     assert looped == {f"{d.cfg_dir}/"}, looped
     everything = set().union(*shown.values())
-    assert {f"{d.cfg_dir}/{f.name}" for f in render.files(d)} <= everything
+    assert {f"{d.cfg_dir}/{f.name}" for f in sglang_server.files(d)} <= everything
     missing = written - looped - everything
     assert len(written) >= 12 and not missing, missing
 
@@ -244,15 +246,14 @@ def test_render_lists_every_file_the_roles_write(tmp_path):
 def test_render_names_the_files_the_nvidia_toolkit_writes_with_the_roles_own_commands():
     """container_runtime has nvidia-ctk write daemon.json (Docker) or the CDI spec (Podman): render names each with the
     command, which must be the role's task's own, and every nvidia-ctk command of the roles is named."""
-    from hicachectl import render
 
     task_text = "\n".join(p.read_text() for p in sorted((ROOT / "roles").glob("*/tasks/*.yml")))
     commands = set(re.findall(r"command: (nvidia-ctk [^\n#]+?)\s*(?:#.*)?$", task_text, re.M))
     assert len(commands) == 2, commands
     named = {}
     for runtime in ("docker", "podman"):
-        named[runtime] = render.server_host_files(deployment("vast", container_runtime=runtime)).tool_files
-    named["none"] = render.server_host_files(dataclasses.replace(deployment("vast"), container_runtime="none")).tool_files
+        named[runtime] = host_files.server_host_files(deployment("vast", container_runtime=runtime)).tool_files
+    named["none"] = host_files.server_host_files(dataclasses.replace(deployment("vast"), container_runtime="none")).tool_files
     assert [f.path for f in named["docker"]] == ["/etc/docker/daemon.json"] and [f.path for f in named["podman"]] == ["/etc/cdi/nvidia.yaml"]
     assert named["none"] == []
     assert {f.command for fs in named.values() for f in fs} == commands

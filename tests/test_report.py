@@ -3,7 +3,7 @@ hosts with one outcome on one row, a long file's change said in one line with it
 
 from __future__ import annotations
 
-from hicachectl import report
+from hicachectl.formats import report
 from hicachectl.rules import compact_hosts
 
 

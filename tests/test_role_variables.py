@@ -15,7 +15,9 @@ import yaml
 from support import ROOT
 from test_preflight import BARE, FULL
 
-from hicachectl import inventory, model, rules, schema
+from hicachectl import rules
+from hicachectl.config import inventory, schema
+from hicachectl.config.deployment import PREFIX, Deployment
 
 _spec = importlib.util.spec_from_file_location("hicache_filters", ROOT / "plugins/filter/hicache.py")
 filters = importlib.util.module_from_spec(_spec)
@@ -48,16 +50,16 @@ def _recorded_reads(monkeypatch, role: str, variables: dict, host: str) -> set[s
     reads: set[str] = set()
     recording = [False]
 
-    class Recorded(model.Deployment):
+    class Recorded(Deployment):
         def __getattribute__(self, name):
-            if recording[0] and schema.BY_NAME.get(model.PREFIX + name) is not None:
-                reads.add(model.PREFIX + name)
+            if recording[0] and schema.BY_NAME.get(PREFIX + name) is not None:
+                reads.add(PREFIX + name)
             return object.__getattribute__(self, name)
 
         def as_vars(self):  # the record of everything (installed.json, secret masking): not a read of the plan
             recording[0], was = False, recording[0]
             try:
-                return model.Deployment.as_vars(self)
+                return Deployment.as_vars(self)
             finally:
                 recording[0] = was
 

@@ -1,4 +1,4 @@
-"""A server's restart behind the routers (hicachectl/rolling.py): the plan the restart tasks apply, and the
+"""A server's restart behind the routers (hicachectl/ops/rolling.py): the plan the restart tasks apply, and the
 drain judgement read from SGLang's /metrics; bench's metrics summed over the servers behind a router. Fast:
 tests/fleet/test_fleet_router.py runs the sequence against the real sglang-router."""
 
@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from hicachectl import bench, metrics, rolling, rules
+from hicachectl import rules
+from hicachectl.ops import bench, metrics, rolling
 
 SERVER = {"hicache_model_path": "/models/m", "hicache_served_model_name": "m", "hicache_image": "lmsysorg/sglang:v0.5.23-cu129"}
 
@@ -75,7 +76,7 @@ def test_bench_sums_the_metrics_of_every_server_behind_a_router(monkeypatch):
 # --- a downgrade is named, an image compared however it is spelt (issue #24, item 1) ---------------------------------
 
 def test_an_older_sglang_than_the_one_running_is_a_downgrade_and_an_unknown_version_makes_no_claim():
-    from hicachectl import rolling
+    from hicachectl.ops import rolling
 
     d = deployment(hicache_image="lmsysorg/sglang:v0.5.21-cu129")
     running = {"image": "lmsysorg/sglang:v0.5.23-cu129", "sglang_version": "0.5.23"}
@@ -88,7 +89,7 @@ def test_an_older_sglang_than_the_one_running_is_a_downgrade_and_an_unknown_vers
 
 
 def test_the_same_image_however_a_runtime_spells_it():
-    from hicachectl import rolling
+    from hicachectl.ops import rolling
 
     assert rolling.same_image("lmsysorg/sglang:v0.5.21", "docker.io/lmsysorg/sglang:v0.5.21")
     assert rolling.same_image("ubuntu:24.04", "docker.io/library/ubuntu:24.04")
@@ -96,7 +97,7 @@ def test_the_same_image_however_a_runtime_spells_it():
 
 
 def test_upgrade_refuses_an_image_the_inventory_does_not_pin_naming_host_variable_and_fix():
-    from hicachectl import cli_change
+    from hicachectl.cli import change as cli_change
 
     fleet = {"gpu-01": deployment(hicache_image="lmsysorg/sglang:v0.5.21-cu129"), "gpu-02": deployment(hicache_image="lmsysorg/sglang:v0.5.23-cu129")}
     [refusal] = cli_change.image_refusals(fleet, "docker.io/lmsysorg/sglang:v0.5.23-cu129")
@@ -111,7 +112,7 @@ HUB = {"hicache_model_source": "hub", "hicache_model_repo": "Qwen/Qwen3-8B", "hi
 
 
 def test_hosts_sharing_a_model_directory_have_one_downloader_the_first_by_name():
-    from hicachectl import rolling
+    from hicachectl.ops import rolling
 
     fleet = {h: deployment(**HUB, hicache_model_share="models-nfs") for h in ("gpu-03", "gpu-01", "gpu-02")}
     fleet["gpu-04"] = deployment(**HUB)  # its own disk: downloads its own
@@ -127,7 +128,7 @@ def test_hosts_sharing_a_model_directory_have_one_downloader_the_first_by_name()
 
 
 def test_hosts_sharing_a_directory_for_different_models_are_refused():
-    from hicachectl import rolling
+    from hicachectl.ops import rolling
 
     fleet = {"gpu-01": deployment(**HUB, hicache_model_share="s"), "gpu-02": deployment(**{**HUB, "hicache_model_revision": "v2"}, hicache_model_share="s")}
     with pytest.raises(ValueError, match=r"gpu-01 and gpu-02 share /mnt/models/qwen3 \(hicache_model_share s\) but want other downloads"):

@@ -1,4 +1,4 @@
-"""The router (hicachectl/router.py, plugins/modules/hicache_router_worker.py): worker URLs, the router's command line
+"""The router (hicachectl/plans/router.py, plugins/modules/hicache_router_worker.py): worker URLs, the router's command line
 and unit, verify's judgement, and the worker module's decisions against a fake router API. Fast: no router runs here
 (molecule/router and tests/fleet/test_fleet_router.py run the real router of the default package, smg)."""
 
@@ -11,7 +11,8 @@ import jinja2
 import pytest
 from support import ROOT
 
-from hicachectl import router, rules
+from hicachectl import rules
+from hicachectl.plans import router
 
 _spec = importlib.util.spec_from_file_location("hicache_router_worker", ROOT / "plugins/modules/hicache_router_worker.py")
 worker_module = importlib.util.module_from_spec(_spec)

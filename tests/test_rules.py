@@ -60,7 +60,7 @@ def test_uring_under_docker_warns_about_seccomp_until_a_profile_is_set():
 def test_the_seccomp_profile_reaches_docker_run():
     from helpers import deployment
 
-    from hicachectl import launch
+    from hicachectl.plans import launch
 
     argv = launch.container_argv(deployment("vast", container_seccomp="unconfined"))
     assert argv[argv.index("--security-opt") + 1] == "seccomp=unconfined"
@@ -78,12 +78,12 @@ def _with(name: str, overrides: dict):
 
 
 def test_every_variable_has_a_domain_a_type_that_says_it_all_or_choices():
-    from hicachectl import schema
+    from hicachectl.config import schema
 
     assert [v.name for v in schema.VARIABLES if v.type != "bool" and not v.choices and v.domain is None] == []
 
 
-@pytest.mark.parametrize("var", [v for v in __import__("hicachectl.schema").schema.VARIABLES if v.domain is not None], ids=lambda v: v.name)
+@pytest.mark.parametrize("var", [v for v in __import__("hicachectl.config.schema").config.schema.VARIABLES if v.domain is not None], ids=lambda v: v.name)
 def test_each_domain_example_is_valid_so_the_fix_is_real(var):
     """The fix of a domain finding suggests the domain's example: applied, it leaves no error on that variable."""
     seed = {"hicache_storage_fstype": "local", "hicache_storage_device": "local", "hicache_extra_config_file": "netapp"}.get(var.name, "vast")
@@ -112,7 +112,7 @@ def test_a_malformed_image_names_the_image_not_the_version():
 @pytest.mark.parametrize("spec,count", [("all", None), ("8", 8), ('"device=0,1,2,3"', 4), ("device=3", 1), ("count=2", 2),
                                         ("capabilities=compute,utility", None), ("count=all,capabilities=compute", None)])
 def test_docker_gpus(spec, count):
-    from hicachectl import schema
+    from hicachectl.config import schema
 
     if spec.startswith("capabilities"):
         with pytest.raises(ValueError):  # the CSV field 'utility' reads as a second count

@@ -12,8 +12,9 @@ import sys
 
 import pytest
 
-from hicachectl import paths, runner
-from hicachectl.runner import _Collector
+from hicachectl.cli import runner
+from hicachectl.cli.runner import _Collector
+from hicachectl.config import paths
 
 
 def play(uuid: str, pattern: str) -> dict:
@@ -61,7 +62,7 @@ def test_a_failed_loop_item_is_named_in_the_reason():
 
 
 # --- the Ansible configuration playbooks run with (issue #24, item 3) --------------------------------------------
-# hicachectl.paths.ansible_config mirrors Ansible's own lookup (ansible-core lib/ansible/config/manager.py
+# hicachectl.config.paths.ansible_config mirrors Ansible's own lookup (ansible-core lib/ansible/config/manager.py
 # find_ini_config_file); each layout is held to what that function itself answers, run in a fresh process.
 
 ANSIBLES_OWN = "import json; from ansible.config.manager import find_ini_config_file; print(json.dumps(find_ini_config_file()))"

@@ -21,7 +21,10 @@ import yaml
 from helpers import filled_in, profile_vars
 from support import ROOT, cli
 
-from hicachectl import launch, render, rules, secrets, tunnel
+from hicachectl import rules
+from hicachectl.config import secrets
+from hicachectl.ops import tunnel
+from hicachectl.plans import launch, sglang_server
 
 TOKEN = "hf_TOKENsecretVALUE1234567890"
 ENV_SECRET = "p@ss w0rd$HOME=1\\x'q"  # spaces, $, =, a backslash and a quote: verbatim through the env file
@@ -118,9 +121,9 @@ def test_no_secret_in_any_argv():
 def test_without_secrets_nothing_changes():
     """The seeds have no secrets: no secrets.env, no --env-file, inline extra config as before."""
     d = deployment(VAST)
-    names = [f.name for f in render.files(d)]
+    names = [f.name for f in sglang_server.files(d)]
     assert "secrets.env" not in names and "--env-file" not in launch.container_argv(d)
-    assert not any(f.secret for f in render.files(d))
+    assert not any(f.secret for f in sglang_server.files(d))
 
 
 def test_runtime_none_exports_the_secret_env_verbatim(tmp_path):
@@ -339,7 +342,7 @@ def test_sglangs_one_config_file_is_the_secrets_file_when_there_is_one():
 def test_the_admin_key_is_in_its_0600_file_only_and_argv_names_the_file():
     d = deployment(SECRET_VARS)
     assert launch.server_args(d)[-2:] == ["--config", "/cfg/server_secrets.yaml"]
-    (secret_file,) = [f for f in render.files(d) if f.name == "server_secrets.yaml"]
+    (secret_file,) = [f for f in sglang_server.files(d) if f.name == "server_secrets.yaml"]
     assert secret_file.secret and secret_file.mode == "0600" and ADMIN_KEY not in secret_file.shown
     assert json.loads(secret_file.content) == {"admin-api-key": ADMIN_KEY}  # JSON: YAML reads it as the same mapping
     assert yaml.safe_load(secret_file.content) == {"admin-api-key": ADMIN_KEY}
@@ -347,7 +350,7 @@ def test_the_admin_key_is_in_its_0600_file_only_and_argv_names_the_file():
     runtime_none = profile("local", admin_api_key="k" * 16, container_runtime="none")  # the server reads the host's own cfg/
     assert runtime_none.container_runtime == "none" and launch.server_args(runtime_none)[-1] == f"{runtime_none.cfg_dir}/server_secrets.yaml"
     rotated = deployment({**SECRET_VARS, "hicache_admin_api_key": "another-admin-key-0042"})
-    assert render.deployed(rotated, render.files(rotated))["config_hash"] != render.deployed(d, render.files(d))["config_hash"]
+    assert sglang_server.deployed(rotated, sglang_server.files(rotated))["config_hash"] != sglang_server.deployed(d, sglang_server.files(d))["config_hash"]
 
 
 def test_server_info_as_sglang_answers_it_is_shown_without_its_keys():

@@ -21,7 +21,7 @@ import seeds
 from helpers import SEED_EXACT, deployment, rendered
 from support import SHARED
 
-from hicachectl import namespace
+from hicachectl.config import namespace
 
 
 def missing_source_documents(shared) -> str | None:

@@ -7,7 +7,7 @@ import json
 import pytest
 from support import ROOT, cli, cli_json
 
-from hicachectl import sizing
+from hicachectl.config import sizing
 
 CONFIGS = ROOT / "tests" / "model_configs"
 

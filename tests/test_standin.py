@@ -76,7 +76,7 @@ def test_a_prefix_below_sglangs_prefetch_threshold_is_not_loaded_from_l3(standin
     max(prefetch_threshold, page size), 256 tokens by default; fewer new tokens are not looked up in L3, and a hit of
     fewer tokens is not loaded but counted unfulfilled, reason below_threshold. The extra config's prefetch_threshold
     lowers it."""
-    from hicachectl import metrics
+    from hicachectl.ops import metrics
     args = ("--served-model-name", "m", "--page-size", "4", "--hicache-storage-backend", "file", "--enable-metrics", "--enable-cache-report")
     short = " ".join(f"p{i}" for i in range(200))  # 50 pages
     longer = short + " " + " ".join(f"q{i}" for i in range(100))  # the same 50 pages, then 25 new ones
@@ -210,7 +210,7 @@ def test_a_detach_shows_in_the_storage_backend_api_and_stops_l3_and_verify_names
     metrics carry SGLang's labels, one series per TP and PP rank, and metrics.total counts them once."""
     from helpers import deployment
 
-    from hicachectl import metrics, verify
+    from hicachectl.ops import metrics, verify
     args = ("--served-model-name", "m", "--page-size", "4", "--tp-size", "2", "--pp-size", "2", "--hicache-storage-backend", "file",
             "--enable-metrics", "--enable-cache-report", "--admin-api-key", "k")
     port, _ = standin(*args, env=sglang_env)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from helpers import deployment
 
-from hicachectl import status
+from hicachectl.ops import status
 
 HASH = "c0ffee"
 SERVERS = ("gpu-a", "gpu-b")
@@ -28,7 +28,7 @@ def server_state(**changes):
 
 
 def worker(url, healthy=True):
-    """One entry of the router's GET /workers (hicachectl/router.py: smg 1.13.0 and sglang-router 0.3.2 alike)."""
+    """One entry of the router's GET /workers (hicachectl/plans/router.py: smg 1.13.0 and sglang-router 0.3.2 alike)."""
     return {"id": url, "url": url, "model_id": "m", "is_healthy": healthy, "worker_type": "regular"}
 
 

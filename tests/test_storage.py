@@ -7,7 +7,7 @@ import importlib.util
 from helpers import deployment, filled_in, profile_vars
 from support import ROOT
 
-from hicachectl import storage
+from hicachectl.plans import storage
 
 
 def test_vast_mount_line():
@@ -127,15 +127,14 @@ def test_netapp_mount_carries_nconnect_and_an_ipv6_server_mounts_with_rdma6():
 def test_the_plan_names_the_rdma_slots_a_dry_run_cannot_read_before_rpcrdma_is_loaded():
     from test_preflight import FULL
 
-    from hicachectl import plans
     d = deployment("vast")
     not_loaded = {**FULL, "kernel_modules": {**FULL["kernel_modules"], "rpcrdma": {"loaded": False, "available": True}}}
-    fresh = plans.storage_plan(d, not_loaded)
+    fresh = storage.storage_plan(d, not_loaded)
     assert fresh.load_rpcrdma and fresh.after_rpcrdma == ["sunrpc.rdma_slot_table_entries"]
     assert set(fresh.after_rpcrdma) <= set(fresh.sysctls)
-    loaded = plans.storage_plan(d, FULL)
+    loaded = storage.storage_plan(d, FULL)
     assert not loaded.load_rpcrdma and loaded.after_rpcrdma == []
-    assert plans.storage_plan(deployment("local"), not_loaded).after_rpcrdma == []
+    assert storage.storage_plan(deployment("local"), not_loaded).after_rpcrdma == []
 
 
 def test_a_host_upgraded_from_0_1_0_gets_the_kernels_tcp_slot_tables_back_live():
@@ -144,14 +143,13 @@ def test_a_host_upgraded_from_0_1_0_gets_the_kernels_tcp_slot_tables_back_live()
     gives each value it named back to the kernel's (net/sunrpc/xprtsock.c: 2 and 65536), live, once."""
     from test_preflight import FULL
 
-    from hicachectl import plans
     old = "# Managed by hicache-deploy.\noptions sunrpc tcp_slot_table_entries=128 tcp_max_slot_table_entries=128\n"
     upgraded = {**FULL, "files": {storage.OLD_SUNRPC_MODPROBE_FILE: old}}
-    plan = plans.storage_plan(deployment("vast"), upgraded)
+    plan = storage.storage_plan(deployment("vast"), upgraded)
     assert plan.restored_sysctls == {"sunrpc.tcp_slot_table_entries": "2", "sunrpc.tcp_max_slot_table_entries": "65536"}
     assert storage.OLD_SUNRPC_MODPROBE_FILE in plan.absent and "tcp_" not in (plan.sysctl_conf or "")  # nothing persisted
-    assert plans.storage_plan(deployment("vast"), {**FULL, "files": {storage.OLD_SUNRPC_MODPROBE_FILE: None}}).restored_sysctls == {}
-    assert plans.storage_plan(deployment("vast"), FULL).restored_sysctls == {}
+    assert storage.storage_plan(deployment("vast"), {**FULL, "files": {storage.OLD_SUNRPC_MODPROBE_FILE: None}}).restored_sysctls == {}
+    assert storage.storage_plan(deployment("vast"), FULL).restored_sysctls == {}
     # the host facts read the file (the filter that names what they read besides the usual)
     spec = importlib.util.spec_from_file_location("hicache_filter_reads", ROOT / "plugins/filter/hicache.py")
     module = importlib.util.module_from_spec(spec)
@@ -166,12 +164,11 @@ def test_a_vast_multipath_mount_has_the_driver_show_its_sunrpc_id_for_the_multip
     mount (which only vastnfs' client makes) and in modprobe.d; render shows the file as plan does (no host facts)."""
     from test_preflight import FULL
 
-    from hicachectl import plans
-    plan = plans.storage_plan(deployment("vast"), FULL)
+    plan = storage.storage_plan(deployment("vast"), FULL)
     assert plan.vastnfs_values == {storage.EXPOSE_ID_PARAMETER: "Y"}
     conf = next(f["content"] for f in plan.files if f["path"] == storage.VASTNFS_MODPROBE_FILE)
     assert conf.splitlines()[-1] == "options sunrpc expose_id_in_mountstats=1"
-    assert [f for f in plans.storage_plan(deployment("vast"), {}).files if f["path"] == storage.VASTNFS_MODPROBE_FILE]
+    assert [f for f in storage.storage_plan(deployment("vast"), {}).files if f["path"] == storage.VASTNFS_MODPROBE_FILE]
     for d in (deployment("vast", storage_remoteports=None, storage_localports=[], storage_nconnect=16), deployment("netapp")):
-        single_path = plans.storage_plan(d, FULL)
+        single_path = storage.storage_plan(d, FULL)
         assert single_path.vastnfs_values == {} and storage.VASTNFS_MODPROBE_FILE in single_path.absent

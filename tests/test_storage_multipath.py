@@ -8,7 +8,7 @@ import pathlib
 import pytest
 from helpers import deployment
 
-from hicachectl import hoststate, storage
+from hicachectl.plans import storage, storage_live
 
 SAMPLES = pathlib.Path(__file__).parent / "samples" / "vastnfs"
 # The samples' mount: nconnect=4 over remoteports 192.0.2.1..4 from localports 192.0.2.101..102.
@@ -21,9 +21,9 @@ def sample(name: str) -> str:
 
 def judged(mountinfo: str, version: str | None, **overrides):
     wanted = storage.mount(deployment("vast", **{**MULTIPATH, **overrides}))
-    entry = hoststate.mount_at(hoststate.parse_mountinfo(sample(mountinfo)), wanted.point)
-    return (hoststate.compare_mount(entry, wanted.options, wanted.source, wanted.fstype),
-            hoststate.vastnfs_option_checks(entry, wanted.options, version))
+    entry = storage_live.mount_at(storage_live.parse_mountinfo(sample(mountinfo)), wanted.point)
+    return (storage_live.compare_mount(entry, wanted.options, wanted.source, wanted.fstype),
+            storage_live.vastnfs_option_checks(entry, wanted.options, version))
 
 
 def test_remoteports_as_the_driver_compacts_them_match():
@@ -38,8 +38,8 @@ def test_other_remoteports_and_missing_spread_options_fail_on_a_driver_that_show
     assert problems == ["remoteports=192.0.2.1-192.0.2.4, expected 192.0.2.1-192.0.2.8"]
     no_spread = sample("mountinfo-4.0.33.txt").replace(",spread_reads,spread_writes", "")
     wanted = storage.mount(deployment("vast", **MULTIPATH))
-    entry = hoststate.mount_at(hoststate.parse_mountinfo(no_spread), wanted.point)
-    assert hoststate.vastnfs_option_checks(entry, wanted.options, "4.0.33")[0] == ["spread_reads is not in effect", "spread_writes is not in effect"]
+    entry = storage_live.mount_at(storage_live.parse_mountinfo(no_spread), wanted.point)
+    assert storage_live.vastnfs_option_checks(entry, wanted.options, "4.0.33")[0] == ["spread_reads is not in effect", "spread_writes is not in effect"]
 
 
 @pytest.mark.parametrize("version", ["4.0.29", None, "dev"])
@@ -56,32 +56,32 @@ def test_localports_by_name_are_not_checked_against_the_addresses_shown():
 
 
 def test_mountstats_gives_the_sunrpc_id_and_its_debugfs_stats_path():
-    stats = hoststate.mountstats_at(hoststate.parse_mountstats(sample("mountstats-expose-id.txt")), "/mnt/kvcache-2ports")
-    assert stats.sunrpc_id == "1f" and hoststate.rpc_clnt_stats_path(stats.sunrpc_id) == "/sys/kernel/debug/sunrpc/rpc_clnt/1f/stats"
+    stats = storage_live.mountstats_at(storage_live.parse_mountstats(sample("mountstats-expose-id.txt")), "/mnt/kvcache-2ports")
+    assert stats.sunrpc_id == "1f" and storage_live.rpc_clnt_stats_path(stats.sunrpc_id) == "/sys/kernel/debug/sunrpc/rpc_clnt/1f/stats"
     hidden = sample("mountstats-expose-id.txt").replace("\tsunrpc-id:\t1f\n", "")
-    assert hoststate.mountstats_at(hoststate.parse_mountstats(hidden), "/mnt/kvcache-2ports").sunrpc_id is None
+    assert storage_live.mountstats_at(storage_live.parse_mountstats(hidden), "/mnt/kvcache-2ports").sunrpc_id is None
 
 
 def test_every_multipath_path_connected_passes():
     options = storage.mount(deployment("vast", **MULTIPATH)).options
-    transports = hoststate.parse_rpc_clnt_stats(sample("rpc_clnt-stats-connected.txt"))
+    transports = storage_live.parse_rpc_clnt_stats(sample("rpc_clnt-stats-connected.txt"))
     assert [(t.local, t.remote, t.connected) for t in transports][:2] == [("192.0.2.101", "192.0.2.1", True), ("192.0.2.102", "192.0.2.2", True)]
-    problems, unchecked, passed = hoststate.multipath_checks(transports, options)
+    problems, unchecked, passed = storage_live.multipath_checks(transports, options)
     assert problems == [] and unchecked == [] and len(passed) == 4
 
 
 def test_an_idle_path_is_not_checked_without_noidlexprt_and_fails_with_it():
-    transports = hoststate.parse_rpc_clnt_stats(sample("rpc_clnt-stats-idle.txt"))
-    problems, unchecked, passed = hoststate.multipath_checks(transports, storage.mount(deployment("vast", **MULTIPATH)).options)
+    transports = storage_live.parse_rpc_clnt_stats(sample("rpc_clnt-stats-idle.txt"))
+    problems, unchecked, passed = storage_live.multipath_checks(transports, storage.mount(deployment("vast", **MULTIPATH)).options)
     assert problems == [] and len(passed) == 3 and unchecked[0].startswith("192.0.2.102 -> 192.0.2.4 is not connected now (state: BOUND)")
     strict = storage.mount(deployment("vast", **MULTIPATH, storage_options=["noidlexprt"])).options
-    assert hoststate.multipath_checks(transports, strict)[0] == ["192.0.2.102 -> 192.0.2.4 is not connected (state: BOUND), with noidlexprt"]
+    assert storage_live.multipath_checks(transports, strict)[0] == ["192.0.2.102 -> 192.0.2.4 is not connected (state: BOUND), with noidlexprt"]
 
 
 def test_a_localport_no_transport_uses_fails():
     three = {**MULTIPATH, "storage_localports": ["192.0.2.101", "192.0.2.102", "192.0.2.103"]}
-    transports = hoststate.parse_rpc_clnt_stats(sample("rpc_clnt-stats-connected.txt"))
-    assert hoststate.multipath_checks(transports, storage.mount(deployment("vast", **three)).options)[0] == ["no transport from localports 192.0.2.103"]
+    transports = storage_live.parse_rpc_clnt_stats(sample("rpc_clnt-stats-connected.txt"))
+    assert storage_live.multipath_checks(transports, storage.mount(deployment("vast", **three)).options)[0] == ["no transport from localports 192.0.2.103"]
 
 
 def test_pnfs_in_use_is_a_granted_layout_not_only_the_layout_driver():
@@ -90,10 +90,10 @@ def test_pnfs_in_use_is_a_granted_layout_not_only_the_layout_driver():
     options = storage.mount(deployment("netapp", storage_nconnect=8)).options
 
     def judged(text):
-        return hoststate.pnfs_checks(hoststate.mountstats_at(hoststate.parse_mountstats(text), "/mnt/kvcache"), options)
+        return storage_live.pnfs_checks(storage_live.mountstats_at(storage_live.parse_mountstats(text), "/mnt/kvcache"), options)
 
     granted = sample("mountstats-netapp-pnfs.txt")
-    assert hoststate.parse_mountstats(granted)[0].ops["LAYOUTGET"] == (4, 0) and hoststate.parse_mountstats(granted)[0].ops["LOOKUP"] == (3, 3)
+    assert storage_live.parse_mountstats(granted)[0].ops["LAYOUTGET"] == (4, 0) and storage_live.parse_mountstats(granted)[0].ops["LOOKUP"] == (3, 3)
     assert judged(granted) == ([], [], ["pNFS in use (LAYOUT_NFSV4_1_FILES: 4 of 4 LAYOUTGET granted)"])
     problems, unchecked, passed = judged(sample("mountstats-netapp-nolayout.txt"))
     assert problems == passed == [] and unchecked[0].startswith("pNFS: the server granted no layout (pnfs=not configured)")
@@ -152,7 +152,7 @@ def test_options_the_nfs_client_does_not_print_back_are_not_checked_never_failed
     base, _ = judged("mountinfo-4.0.29.txt", "4.0.29", storage_options=extra)
     assert base == []
     wanted = storage.mount(deployment("vast", **MULTIPATH, storage_options=extra))
-    notes = hoststate.nfs_unechoed_options(wanted.options, wanted.fstype)
+    notes = storage_live.nfs_unechoed_options(wanted.options, wanted.fstype)
     assert [n.split(":")[0] for n in notes] == [f"mount option {o}" for o in extra], notes
     assert all("not checked" in n for n in notes)
     # what the kernel prints is still compared, spelt as it prints it
@@ -166,5 +166,5 @@ def test_options_the_nfs_client_does_not_print_back_are_not_checked_never_failed
 def test_the_printed_spellings_of_aliases_and_defaults_match():
     live = sample("mountinfo-4.0.29.txt").replace(",timeo=600", ",acregmin=600,acregmax=600,acdirmin=600,acdirmax=600,lookupcache=pos,timeo=600")
     wanted = storage.mount(deployment("vast", **MULTIPATH, storage_options=["nfsvers=3", "actimeo=600", "lookupcache=positive"]))
-    entry = hoststate.mount_at(hoststate.parse_mountinfo(live), wanted.point)
-    assert hoststate.compare_mount(entry, wanted.options, wanted.source, wanted.fstype) == []
+    entry = storage_live.mount_at(storage_live.parse_mountinfo(live), wanted.point)
+    assert storage_live.compare_mount(entry, wanted.options, wanted.source, wanted.fstype) == []

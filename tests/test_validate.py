@@ -153,7 +153,7 @@ def test_invalid_inventory_is_refused_with_a_precise_message(tmp_path, case, gro
 def validate_here(inventory: pathlib.Path, *args: str):
     from typer.testing import CliRunner
 
-    from hicachectl import cli as hicachectl_cli
+    from hicachectl.cli import main as hicachectl_cli
 
     result = CliRunner().invoke(hicachectl_cli.app, ["validate", "--inventory", str(inventory), *args])
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)

@@ -1,4 +1,4 @@
-"""verify's conclusions from a server's answers (hicachectl/verify.py). The answers here are written out
+"""verify's conclusions from a server's answers (hicachectl/ops/verify.py). The answers here are written out
 by hand in the shape Ansible's uri module registers them; the fleet tests get them from the stand-in."""
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ import pytest
 from helpers import deployment
 from test_metrics import server
 
-from hicachectl import launch, metrics, verify
+from hicachectl.config.deployment import uses_uring
+from hicachectl.ops import metrics, verify
+from hicachectl.plans import launch
 
 
 def answered(status=200, json=None, content=None):
@@ -362,7 +364,7 @@ def test_another_backend_config_attached_at_runtime_fails_and_the_started_one_pa
 
 def test_the_io_uring_fallbacks_config_is_the_inventorys():
     d = deployment("vast")
-    assert launch.uses_uring(d)
+    assert uses_uring(d)
     body = {"hicache_storage_backend": "nixl", "hicache_storage_backend_extra_config": launch.extra_config_arg(launch.uring_fallback(d)),
             "hicache_storage_prefetch_policy": d.prefetch_policy, "hicache_write_policy": d.write_policy}
     assert backend_check(d, verify.judge(d, observations(d, storage_backend=answered(json=body)), l3=False))["status"] == "pass"

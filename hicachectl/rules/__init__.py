@@ -15,7 +15,7 @@ Where each family lives:
   tiers.py      pass 2, the tiers as a whole: dynamic (ADP) backend, L3 namespace, host pool and workload sizing
   storage.py    pass 2, the L3 mount: VAST and NetApp, remoteports, nconnect
   fleet.py      across hosts: one machine twice, shared L3 tiers, servers behind routers
-  hicachectl/secrets.py  pass 2's last rule: secret keys and env-file values
+  hicachectl/config/secrets.py  pass 2's last rule: secret keys and env-file values
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from hicachectl import schema, secrets
-from hicachectl.model import PREFIX, build
-from hicachectl.rules.findings import ERROR, WARNING, Finding, check_deployment, has_errors, rule
+from hicachectl.config import schema, secrets
+from hicachectl.config.deployment import PREFIX, build
+from hicachectl.rules.findings import ERROR, WARNING, Finding, check_deployment, group_findings, has_errors, rule
 from hicachectl.rules.fleet import check_fleet, check_routed, check_shared_tiers
-from hicachectl.rules.output import compact_hosts, group_findings
+from hicachectl.rules.output import compact_hosts
 from hicachectl.rules.storage import remote_port_count
 from hicachectl.rules.variables import _check_host_name, check_variables
 from hicachectl.rules.variables import _strings as _strings  # tests/test_injection.py walks values as pass 1 does

@@ -69,3 +69,14 @@ def check_deployment(d) -> list[Finding]:
     for fn in _RULES:
         fn(d, out)
     return out.findings
+
+
+def group_findings(findings: Iterable[Finding]) -> list[tuple[Finding, list[str]]]:
+    """The same finding on many hosts once: (the first host's finding, every host that has it), in order of first
+    appearance. `Finding.format(inventory, hosts)` prints a group on one line."""
+    groups: dict[tuple, tuple[Finding, list[str]]] = {}
+    for finding in findings:
+        group = groups.setdefault(finding.key(), (finding, []))
+        if finding.host not in group[1]:
+            group[1].append(finding.host)
+    return list(groups.values())

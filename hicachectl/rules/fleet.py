@@ -68,7 +68,7 @@ def check_shared_tiers(deployments: Mapping[str, Any]) -> list[Finding]:
     off) read each other's pages. Two such servers whose page format differs in what SGLang's keys do not hold (KV
     dtype, memory layout, the weights behind one served name: sglang#33268) would read each other's pages as their
     own: refused. Hosts of one tier in different namespaces share nothing: a warning."""
-    from hicachectl import namespace
+    from hicachectl.config import namespace
 
     tiers: dict[str, list[str]] = {}
     for host, d in deployments.items():
@@ -125,9 +125,9 @@ def check_routed(deployments: Mapping[str, Any], routers: Iterable[str] | Mappin
 
 
 # The router's ports when its host does not set them: hicache_router_port and hicache_router_prometheus_port's
-# defaults in the catalogue (hicachectl/schema.py).
+# defaults in the catalogue (hicachectl/config/schema.py).
 def _router_ports(variables: Mapping[str, Any]) -> dict[int, str]:
-    from hicachectl import schema
+    from hicachectl.config import schema
 
     defaults = {v.name: v.default for v in schema.VARIABLES if v.name in ("hicache_router_port", "hicache_router_prometheus_port")}
     ports: dict[int, str] = {}

@@ -8,7 +8,7 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
-from hicachectl.model import PREFIX
+from hicachectl.config.deployment import PREFIX
 from hicachectl.rules.findings import rule
 from hicachectl.rules.sglang import _SGLANG_KEYS
 from hicachectl.rules.variables import _type_ok
@@ -110,7 +110,7 @@ def _nixl_config(d, out):
 
 @rule
 def _uring_in_container(d, out):
-    from hicachectl.launch import uses_uring
+    from hicachectl.config.deployment import uses_uring
 
     if uses_uring(d) and d.container_runtime == "docker" and not d.container_seccomp:
         out.warn("hicache_container_seccomp", "uring-seccomp",

@@ -4,22 +4,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from hicachectl.rules.findings import Finding
-
-
-def group_findings(findings: Iterable[Finding]) -> list[tuple[Finding, list[str]]]:
-    """The same finding on many hosts once: (the first host's finding, every host that has it), in order of first
-    appearance. `Finding.format(inventory, hosts)` prints a group on one line."""
-    groups: dict[tuple, tuple[Finding, list[str]]] = {}
-    for finding in findings:
-        group = groups.setdefault(finding.key(), (finding, []))
-        if finding.host not in group[1]:
-            group[1].append(finding.host)
-    return list(groups.values())
-
 
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")
 

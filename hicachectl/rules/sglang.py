@@ -8,8 +8,8 @@ import ipaddress
 import posixpath
 import re
 
-from hicachectl import schema, secrets
-from hicachectl.model import PREFIX, version_tuple
+from hicachectl.config import schema, secrets
+from hicachectl.config.deployment import PREFIX, version_tuple
 from hicachectl.rules.findings import rule
 from hicachectl.rules.variables import _TYPE_WORDS, _type_ok
 
@@ -289,7 +289,7 @@ def _extra_config_file(d, out):
         out.error("hicache_extra_config_file", "extra-config-file", f"SGLang reads only {', '.join(_EXTRA_CONFIG_EXTENSIONS)} files; {ext or 'no extension'} fails at start.",
                   "name it *.toml, *.json or *.yaml.")
     if ext == ".toml":
-        from hicachectl.tomlwriter import TomlError, dumps
+        from hicachectl.formats.tomlwriter import TomlError, dumps
         try:
             dumps(dict(d.extra_config))
         except TomlError as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from hicachectl.model import PREFIX
+from hicachectl.config.deployment import PREFIX
 from hicachectl.rules.findings import rule
 
 # The stock kernel's NFS client refuses nconnect above 16 (fs/nfs/fs_context.c, NFS_MAX_CONNECTIONS 16); vastnfs raises
@@ -18,7 +18,7 @@ ONTAP_MAX_NCONNECT = 16
 
 def remote_port_count(spec: str | None) -> int | None:
     """How many addresses VAST `remoteports` names; None for 'dns' or a list hoststate.port_ranges cannot read."""
-    from hicachectl.hoststate import port_ranges
+    from hicachectl.formats.portlist import port_ranges
 
     ranges = port_ranges(spec)
     return None if ranges is None else sum(high - low + 1 for low, high in ranges)

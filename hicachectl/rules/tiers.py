@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import re
 
-from hicachectl import namespace
-from hicachectl.model import PREFIX
+from hicachectl.config import namespace
+from hicachectl.config.deployment import PREFIX
 from hicachectl.rules.findings import rule
 from hicachectl.rules.variables import _type_ok
 
@@ -144,7 +144,7 @@ def _working_set(d, out):
     """With the model's config, the host pool and the L3 tier are checked against the workload they must hold."""
     if d.model_config is None:
         return
-    from hicachectl import sizing
+    from hicachectl.config import sizing
 
     try:
         s = sizing.size(sizing.model_shape(sizing.load_config(d.model_config)), sizing.workload_for(d))

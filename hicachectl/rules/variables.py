@@ -10,8 +10,8 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from hicachectl import schema
-from hicachectl.model import PREFIX
+from hicachectl.config import schema
+from hicachectl.config.deployment import PREFIX
 from hicachectl.rules.findings import ERROR, Finding, _Collector, has_errors
 
 _TYPE_WORDS = {"str": "a string", "int": "an integer", "float": "a number", "bool": "a boolean",
@@ -246,7 +246,7 @@ def _leaf(raw: Mapping[str, Any], path: str) -> Any:
 
 
 def plain_text_secrets(host: str, written: Mapping[str, Any], raw: Mapping[str, Any]) -> list[Finding]:
-    """A warning for each secret an inventory file holds in plain text (`written`: path -> hicachectl.inventory.Written,
+    """A warning for each secret an inventory file holds in plain text (`written`: path -> hicachectl.config.inventory.Written,
     as the loader records it in Inventory.plain_secrets), naming the host, the variable and the file, never the value.
     A value from Ansible Vault (`!vault`, or a file encrypted whole) or from a lookup (the environment) is not among
     them. The fix is Ansible's own (`ansible-vault encrypt_string --prompt` asks for the name, then the value hidden:

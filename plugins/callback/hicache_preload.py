@@ -27,8 +27,10 @@ import importlib  # noqa: E402 (imports below the documentation, as ansible-test
 from ansible.plugins.callback import CallbackBase  # noqa: E402
 
 # The modules the collection's filter plugins import (plugins/filter/*.py).
-CORE_MODULES = ("hoststate", "image", "inventory", "l3", "launch", "limits", "metrics", "model", "namespace", "nic",
-                "plans", "preflight", "render", "rolling", "router", "rules", "schema", "secrets", "storage", "verify")
+CORE_MODULES = ("config.deployment", "config.inventory", "config.namespace", "config.schema", "config.secrets", "ops.l3", "ops.metrics",
+                "ops.rolling", "ops.verify", "plans.container_runtime", "plans.host_limits", "plans.launch", "plans.model",
+                "plans.nic_tuning", "plans.plan", "plans.preflight", "plans.router", "plans.sglang_image", "plans.sglang_server",
+                "plans.storage", "plans.storage_live", "rules")
 
 for name in CORE_MODULES:
     try:

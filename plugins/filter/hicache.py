@@ -9,9 +9,13 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 try:
-    from hicachectl import hoststate, limits, metrics, plans, preflight, render, rules, schema, secrets, storage, verify
-    from hicachectl.inventory import ROUTERS, plain
-    from hicachectl.model import PREFIX
+    from hicachectl import rules
+    from hicachectl.config import schema, secrets
+    from hicachectl.config.deployment import PREFIX
+    from hicachectl.config.inventory import ROUTERS, plain
+    from hicachectl.ops import metrics, verify
+    from hicachectl.plans import container_runtime, host_limits, model, nic_tuning, preflight, sglang_image, sglang_server, storage, storage_live
+    from hicachectl.plans.plan import as_fact
 except ImportError as error:  # pragma: no cover - exercised by ansible-test's import sanity test
     CORE_MISSING = (f"hicache.deploy needs the Python package hicache-deploy on the controller (it provides hicachectl): "
                     f"pip install its wheel into the Python that runs Ansible, see COLLECTION.md ({error})")
@@ -75,11 +79,11 @@ def hicache_fleet_findings(all_hostvars, hosts):
 
 
 def hicache_files(hostvars, host, uring_fallback=False, facts=None):
-    """The sglang_server role's plan (hicachectl/plans.py ServerPlan): the config directory and the files it holds;
+    """The sglang_server role's plan (hicachectl/plans/sglang_server.py ServerPlan): the config directory and the files it holds;
     refuses invalid variables. With uring_fallback, NIXL's POSIX plugin runs on POSIX AIO (this host cannot create
     io_uring backends); with the host facts, also why no server can run here (`cannot_run`)."""
     deployment = _deployment(hostvars, host, role="sglang_server")
-    return plans.as_fact(plans.server_plan(deployment, bool(uring_fallback), _plain_or_none(facts)))
+    return as_fact(sglang_server.server_plan(deployment, bool(uring_fallback), _plain_or_none(facts)))
 
 
 def hicache_host_reads(hostvars, host):
@@ -92,17 +96,17 @@ def hicache_host_reads(hostvars, host):
     reads = {"files": [storage.SYSCTL_FILE, storage.OLD_SUNRPC_MODPROBE_FILE], "units": []}
     server, findings = rules.check_host(host, variables, "sglang_server")
     if not rules.has_errors(findings):
-        reads["files"] += [f"{server.cfg_dir}/{render.DEPLOYED}", f"{server.cfg_dir}/{render.INSTALLED}"]
+        reads["files"] += [f"{server.cfg_dir}/{sglang_server.DEPLOYED}", f"{server.cfg_dir}/{sglang_server.INSTALLED}"]
     limited, findings = rules.check_host(host, variables, "host_limits")
-    if not rules.has_errors(findings) and limits.runtime_service(limited):
-        reads["units"].append(limits.runtime_service(limited))
+    if not rules.has_errors(findings) and host_limits.runtime_service(limited):
+        reads["units"].append(host_limits.runtime_service(limited))
     return reads
 
 
 def hicache_secret_file(hostvars, host, name, uring_fallback=False):
     """The real content of one file of hicache_files that holds secrets (use only under no_log)."""
-    deployment = plans.with_uring_fallback(_deployment(hostvars, host, role="sglang_server"), bool(uring_fallback))
-    for f in render.files(deployment):
+    deployment = sglang_server.with_uring_fallback(_deployment(hostvars, host, role="sglang_server"), bool(uring_fallback))
+    for f in sglang_server.files(deployment):
         if f.name == name and f.secret:
             return f.content
     raise AnsibleFilterError(f"{host} renders no file holding secrets named {name!r}")
@@ -132,83 +136,47 @@ def hicache_preflight(hostvars, host, facts, ansible_version=None):
 def hicache_storage(hostvars, host, facts):
     """The storage role's plan (StoragePlan). The mount's `resolved_source` is the device its UUID=/LABEL= source
     names on this host (what /proc/self/mountinfo shows once mounted)."""
-    return plans.as_fact(plans.storage_plan(_deployment(hostvars, host, role="storage"), plain(facts)))
+    return as_fact(storage.storage_plan(_deployment(hostvars, host, role="storage"), plain(facts)))
 
 
 def hicache_limits(variables, host):
     """The host_limits role's plan (LimitsPlan)."""
-    return plans.as_fact(plans.limits_plan(_deployment(variables, host, role="host_limits")))
+    return as_fact(host_limits.limits_plan(_deployment(variables, host, role="host_limits")))
 
 
 def hicache_nic(variables, host, report=None):
     """The nic_tuning role's plan (NicPlan). With `report` (the host program's --check-json output) also `verdict`:
-    what fails the host, what is a gap, what still differs (hoststate.nic_verdict)."""
-    return plans.as_fact(plans.nic_plan(_deployment(variables, host, role="nic_tuning"), _plain_or_none(report)))
+    what fails the host, what is a gap, what still differs (nic_tuning.nic_verdict)."""
+    return as_fact(nic_tuning.nic_plan(_deployment(variables, host, role="nic_tuning"), _plain_or_none(report)))
 
 
 def hicache_image(variables, host, inspect=None, facts=None):
     """The sglang_image role's plan (ImagePlan). With `inspect` (stdout of `<runtime> image inspect <image>`, '' when
     it failed) also `local`: whether the image is there and is the pinned one (RepoDigests compared fully qualified);
     with the host facts, whether the runtime is installed (`runtime_found`)."""
-    return plans.as_fact(plans.image_plan(_deployment(variables, host, role="sglang_image"), _plain_or_none(facts), inspect))
+    return as_fact(sglang_image.image_plan(_deployment(variables, host, role="sglang_image"), _plain_or_none(facts), inspect))
 
 
 def hicache_runtime(variables, host, facts=None):
     """The container_runtime role's plan (RuntimePlan); with the host facts, why containers cannot get the GPUs here."""
-    return plans.as_fact(plans.runtime_plan(_deployment(variables, host, role="container_runtime"), _plain_or_none(facts)))
+    return as_fact(container_runtime.runtime_plan(_deployment(variables, host, role="container_runtime"), _plain_or_none(facts)))
 
 
 def hicache_model(variables, host, facts=None):
     """The model role's plan (ModelPlan); with the host facts, whether the hub client is installed here."""
-    return plans.as_fact(plans.model_plan(_deployment(variables, host, role="model"), _plain_or_none(facts)))
+    return as_fact(model.model_plan(_deployment(variables, host, role="model"), _plain_or_none(facts)))
 
 
 def hicache_limits_findings(lines, plan):
-    """The runtime units' memlock judged (limits.runtime_unit_findings), from read.yml's lines."""
+    """The runtime units' memlock judged (host_limits.runtime_unit_findings), from read.yml's lines."""
     _core()
-    return limits.runtime_unit_findings(plan, list(lines or []))
+    return host_limits.runtime_unit_findings(plan, list(lines or []))
 
 
 def hicache_mount_state(mountinfo_text, plan, vastnfs_version=None, mountstats_text=None, rpc_clnt_stats_text=None):
-    """The live mount at the plan's mount point: problems ([] = as wanted), what could not be checked and why
-    (`not_checked`), what was proven (`passed`), and its read-ahead file.
-
-    `vastnfs_version`: the loaded VAST driver's nfs_bundle_version (its own options show in mountinfo from 4.0.30 on);
-    `mountstats_text` (/proc/self/mountstats): pNFS in use on an NFSv4.1 mount, and the vastnfs sunrpc-id whose debugfs
-    stats (`rpc_clnt_stats_path`) list each multipath transport; `rpc_clnt_stats_text`: that file, read."""
+    """The live mount at the plan's mount point, judged by storage_live.mount_state (hicachectl/plans/storage_live.py)."""
     _core()
-    mount = plan.get("mount")
-    empty = {"mounted": False, "problems": [], "not_checked": [], "passed": [], "read_ahead_path": None, "rpc_clnt_stats_path": None}
-    if not mount:
-        return empty
-    entry = hoststate.mount_at(hoststate.parse_mountinfo(mountinfo_text), mount["point"])
-    options = tuple(mount["options"].split(","))
-    problems = hoststate.compare_mount(entry, options, mount["source"], mount["fstype"], mount.get("resolved_source"))
-    vast_problems, not_checked = hoststate.vastnfs_option_checks(entry, options, vastnfs_version)
-    if entry is not None:
-        not_checked = hoststate.nfs_unechoed_options(options, mount["fstype"]) + not_checked
-    problems, passed, stats_path = problems + vast_problems, [], None
-    if entry is not None:  # a transport bound to a local address the host does not hold never connects
-        problems += [f"localports {port}: no interface of this host has that address or name" for port in plan.get("unknown_localports") or []]
-    if entry is not None and mountstats_text is not None:
-        stats = hoststate.mountstats_at(hoststate.parse_mountstats(mountstats_text), mount["point"])
-        more = hoststate.pnfs_checks(stats, options)
-        if any(o.startswith("remoteports=") for o in options):
-            if stats is None or not stats.sunrpc_id:
-                more = (more[0], more[1] + ["multipath paths: /proc/self/mountstats shows no sunrpc-id (the VAST driver shows it with "
-                                            "/sys/module/sunrpc/parameters/expose_id_in_mountstats set, which the storage role sets "
-                                            "after the mount)"], more[2])
-            else:
-                stats_path = hoststate.rpc_clnt_stats_path(stats.sunrpc_id)
-                if rpc_clnt_stats_text is None:
-                    more = (more[0], more[1] + [f"multipath paths: {stats_path} was not read (debugfs not mounted, or not root)"], more[2])
-                else:
-                    paths = hoststate.multipath_checks(hoststate.parse_rpc_clnt_stats(rpc_clnt_stats_text), options)
-                    more = (more[0] + paths[0], more[1] + paths[1], more[2] + paths[2])
-        problems, not_checked, passed = problems + more[0], not_checked + more[1], passed + more[2]
-    return {"mounted": entry is not None, "problems": problems, "not_checked": not_checked, "passed": passed,
-            "read_ahead_path": hoststate.bdi_read_ahead_path(entry) if entry is not None else None,
-            "rpc_clnt_stats_path": stats_path}
+    return storage_live.mount_state(mountinfo_text, plan, vastnfs_version, mountstats_text, rpc_clnt_stats_text)
 
 
 def _verify_writer(host, deployment, all_hostvars, play_hosts):

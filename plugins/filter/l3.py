@@ -3,7 +3,7 @@
 """The L3 namespace filters of playbooks/l3.yml (hicachectl l3): the directory a host's tier holds its
 namespaces in, the directory holding what its server runs (deployed.json), and what a removal must keep: the
 namespaces the inventory's servers use and run, the directories never removed, and the tiers with a server not
-checked (hicachectl/l3.py, hicachectl/namespace.py).
+checked (hicachectl/l3.py, hicachectl/config/namespace.py).
 
 The core is the Python package hicache-deploy on the controller (see plugins/filter/hicache.py).
 """
@@ -13,9 +13,11 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 try:
-    from hicachectl import l3, namespace, rules, schema
-    from hicachectl.inventory import ROUTERS, plain
-    from hicachectl.model import PREFIX
+    from hicachectl import rules
+    from hicachectl.config import namespace, schema
+    from hicachectl.config.deployment import PREFIX
+    from hicachectl.config.inventory import ROUTERS, plain
+    from hicachectl.ops import l3
 except ImportError as error:  # pragma: no cover - exercised by ansible-test's import sanity test
     CORE_MISSING = (f"hicache.deploy needs the Python package hicache-deploy on the controller (it provides hicachectl): "
                     f"pip install its wheel into the Python that runs Ansible, see COLLECTION.md ({error})")

@@ -1,6 +1,6 @@
 # Copyright: hicache-deploy developers
 # SPDX-License-Identifier: Apache-2.0
-"""The filters of a server's restart behind the routers (roles/sglang_server/tasks/restart.yml, hicachectl/rolling.py):
+"""The filters of a server's restart behind the routers (roles/sglang_server/tasks/restart.yml, hicachectl/ops/rolling.py):
 the routers to take it out of and how to tell that it is drained; and whether the inventory's image is a downgrade of
 what a server runs (roles/sglang_image/tasks/apply.yml); which host downloads a model shared by several
 (roles/model/tasks/weights.yml).
@@ -13,9 +13,11 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 try:
-    from hicachectl import rolling, rules, schema
-    from hicachectl.inventory import plain
-    from hicachectl.model import PREFIX
+    from hicachectl import rules
+    from hicachectl.config import schema
+    from hicachectl.config.deployment import PREFIX
+    from hicachectl.config.inventory import plain
+    from hicachectl.ops import rolling
 except ImportError as error:  # pragma: no cover - exercised by ansible-test's import sanity test
     CORE_MISSING = (f"hicache.deploy needs the Python package hicache-deploy on the controller (it provides hicachectl): "
                     f"pip install its wheel into the Python that runs Ansible, see COLLECTION.md ({error})")
@@ -54,13 +56,13 @@ def hicache_downgrade(variables, host, facts):
     _core()
     import json
 
-    from hicachectl import render
+    from hicachectl.plans import sglang_server
 
     hicache = plain({k: variables[k] for k in list(variables) if k.startswith(PREFIX) and k not in schema.FACTS})
     deployment, findings = rules.check_host(host, hicache)
     if deployment is None or rules.has_errors(findings):
         return ""
-    text = ((facts or {}).get("files") or {}).get(f"{deployment.cfg_dir}/{render.DEPLOYED}")
+    text = ((facts or {}).get("files") or {}).get(f"{deployment.cfg_dir}/{sglang_server.DEPLOYED}")
     try:
         running = json.loads(text) if isinstance(text, str) and text.strip() else None
     except ValueError:  # a damaged record: the restart tasks replace it; no claim about it here
@@ -76,7 +78,7 @@ def _deployment_or_none(variables, host):
 
 def hicache_model_download(variables, host, all_hostvars, play_hosts):
     """Who downloads the hub model of `host` (`variables`: its hicache_vars lookup) among the hosts of the run
-    (`play_hosts`: ansible_play_hosts_all, their variables in `all_hostvars`, i.e. hostvars): hicachectl/rolling.py
+    (`play_hosts`: ansible_play_hosts_all, their variables in `all_hostvars`, i.e. hostvars): hicachectl/ops/rolling.py
     model_download. A host whose variables do not check out is left out of the others' sharing (it fails on its own)."""
     _core()
     deployment = _deployment_or_none(variables, host)

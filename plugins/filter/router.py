@@ -1,13 +1,15 @@
-"""The router role's plan and verify's judgement of a router, computed by the hicachectl core (hicachectl/router.py)."""
+"""The router role's plan and verify's judgement of a router, computed by the hicachectl core (hicachectl/plans/router.py)."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
 try:
-    from hicachectl import router, rules, schema
-    from hicachectl.inventory import plain
-    from hicachectl.model import PREFIX
+    from hicachectl import rules
+    from hicachectl.config import schema
+    from hicachectl.config.deployment import PREFIX
+    from hicachectl.config.inventory import plain
+    from hicachectl.plans import router
 except ImportError as error:  # pragma: no cover - exercised by ansible-test's import sanity test
     CORE_MISSING = (f"hicache.deploy needs the Python package hicache-deploy on the controller (it provides hicachectl): "
                     f"pip install its wheel into the Python that runs Ansible, see COLLECTION.md ({error})")

@@ -34,7 +34,7 @@ _raw:
 from ansible.plugins.lookup import LookupBase  # noqa: E402 (below the documentation, as ansible-test's validate-modules wants)
 
 try:
-    from hicachectl.schema import FACTS  # what the roles set (hicache_facts, the reports): not inventory variables
+    from hicachectl.config.schema import FACTS  # what the roles set (hicache_facts, the reports): not inventory variables
 except ImportError:  # pragma: no cover - the filters name the missing package; templating these is only slower
     FACTS = {}
 

@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Read (never change) what a GPU host has: OS, kernel, GPUs, NICs, RDMA, NFS client, tools, memory, disk.
 
-The judgement of these facts against an inventory lives on the controller (hicachectl/preflight.py);
+The judgement of these facts against an inventory lives on the controller (hicachectl/plans/preflight.py);
 this module only looks, so it is safe in check mode and on any host.
 """
 

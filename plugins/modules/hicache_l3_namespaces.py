@@ -11,7 +11,7 @@ directory (a server with hicache_l3_namespace: off writes its pages there) are s
 The tier's directory itself is never removed.
 
 Removal is defence in depth behind the controller's decision (hicachectl/l3.py): a name is refused, not
-removed, unless it has the form `auto` derives (DERIVED_FORM, a copy of hicachectl/namespace.py's; tests/test_l3.py
+removed, unless it has the form `auto` derives (DERIVED_FORM, a copy of hicachectl/config/namespace.py's; tests/test_l3.py
 holds the two equal), so a literal namespace, `models`, `backup`, a bucket directory `00`..`ff` of the nixl
 backend or lost+found never is. It is refused too when the controller says to hold (a server of the tier could not
 be checked), when it is in C(keep) (the namespaces the inventory's servers use and run, computed again when the
@@ -143,9 +143,9 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-# hicachectl/schema.py: the domain of hicache_l3_namespace (a copy: this file runs on the host without the core).
+# hicachectl/config/schema.py: the domain of hicache_l3_namespace (a copy: this file runs on the host without the core).
 NAMESPACE_FORM = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-# hicachectl/namespace.py: the form of a name `auto` derives, the only names ever removed (a copy, held equal by a test).
+# hicachectl/config/namespace.py: the form of a name `auto` derives, the only names ever removed (a copy, held equal by a test).
 DERIVED_FORM = re.compile(r"[a-z0-9][a-z0-9._-]{0,40}-[0-9a-f]{12}")
 
 

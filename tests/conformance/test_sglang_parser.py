@@ -19,7 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import NASTY, SERVED_NAME
 
-from hicachectl import inventory, launch, render, rules
+from hicachectl import rules
+from hicachectl.config import inventory
+from hicachectl.plans import launch, sglang_server
 
 pytestmark = pytest.mark.conformance
 
@@ -68,7 +70,7 @@ def sglang_parse(tmp_path_factory):
 
 
 def request_for(d) -> dict:
-    files = {f"{launch.CONTAINER_CFG_DIR}/{f.name}": f.content for f in render.files(d) if f.name not in ("start.sh", "run.sh")}
+    files = {f"{launch.CONTAINER_CFG_DIR}/{f.name}": f.content for f in sglang_server.files(d) if f.name not in ("start.sh", "run.sh")}
     return {"argv": launch.server_args(d), "files": files, "env": launch.container_env(d)}
 
 
@@ -181,7 +183,7 @@ def test_the_admin_key_reaches_sglang_through_its_config_file_and_no_command_lin
         request = request_for(d)
         assert key not in json.dumps(request["argv"]) and key not in rendered(d)["start.sh"]
         assert request["argv"][-2:] == ["--config", f"{launch.server_cfg_dir(d)}/server_secrets.yaml"]
-        secret_file = next(f for f in render.files(d) if f.name == "server_secrets.yaml")
+        secret_file = next(f for f in sglang_server.files(d) if f.name == "server_secrets.yaml")
         assert secret_file.secret and secret_file.mode == "0600" and key not in secret_file.shown
         (result,) = sglang_parse(version, [request])
         assert_accepted(result, f"admin key with SGLang {version}")

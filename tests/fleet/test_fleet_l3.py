@@ -21,8 +21,8 @@ import pytest
 from fleet import HEALTH_TIMEOUT, STANDIN, Fleet
 from support import cli, cli_json
 
-from hicachectl import namespace
-from hicachectl.inventory import load
+from hicachectl.config import namespace
+from hicachectl.config.inventory import load
 from hicachectl.rules import check_host
 
 pytestmark = pytest.mark.slow

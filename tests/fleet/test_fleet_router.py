@@ -1,6 +1,6 @@
 """The real router in front of three stand-in servers on SSH test hosts (issues #12, #23): the default package
 (smg, SGLang's router since it moved to SMG), or the one HICACHE_TEST_ROUTER_PACKAGE names (sglang-router for 0.3.2),
-at the version this release was checked with (hicachectl/router.py CHECKED_VERSIONS), from a wheelhouse fetched here.
+at the version this release was checked with (hicachectl/plans/router.py CHECKED_VERSIONS), from a wheelhouse fetched here.
 
 - cache-aware routing: 30 prompts sharing a long prefix land on one server (each server's own
   sglang:num_requests_total), unlike round_robin;
@@ -33,7 +33,7 @@ import pytest
 from fleet import HEALTH_TIMEOUT, STANDIN, Fleet
 from support import cli
 
-from hicachectl.router import CHECKED_VERSIONS
+from hicachectl.plans.router import CHECKED_VERSIONS
 
 pytestmark = pytest.mark.slow
 

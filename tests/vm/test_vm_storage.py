@@ -23,7 +23,7 @@ POINT = "/mnt/l3"
 READ_AHEAD = 8192
 SLOTS = 64  # not the kernel's 128, so the test sees the role set it
 FOREIGN_FSTAB = "# a line of the host's own, kept byte for byte \t\n/dev/vdz  /srv/other  ext4  noauto,x-foo=1  0 0\n"
-OLD_SUNRPC_MODPROBE = "/etc/modprobe.d/hicache-sunrpc.conf"  # what 0.1.0 wrote (hicachectl/storage.py OLD_SUNRPC_MODPROBE_FILE)
+OLD_SUNRPC_MODPROBE = "/etc/modprobe.d/hicache-sunrpc.conf"  # what 0.1.0 wrote (hicachectl/plans/storage.py OLD_SUNRPC_MODPROBE_FILE)
 STORAGE_ROLE = [{"name": "The storage role", "ansible.builtin.include_role": {"name": "hicache.deploy.storage"}}]
 STORAGE_VERIFY = [{"name": "The storage role's verify", "ansible.builtin.include_role": {"name": "hicache.deploy.storage", "tasks_from": "verify"}}]
 SERVER_ROLES = [{"name": "The limits role", "ansible.builtin.include_role": {"name": "hicache.deploy.host_limits"}},

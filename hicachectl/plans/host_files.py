@@ -1,0 +1,145 @@
+"""Every file the roles leave on a host, role by role, from each role's own plan: what `hicachectl render` shows.
+
+A change to a plan reaches render with no second copy of its logic. Only the fstab block's marker is the task's own
+text (roles/storage/tasks/apply.yml, ansible.builtin.blockinfile). tests/test_render.py holds this list to every
+file-writing task of the roles, templated with those plans.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+import jinja2
+
+from hicachectl.config.paths import ROLES
+from hicachectl.plans import container_runtime, host_limits, nic_tuning, router, sglang_server, storage
+
+FSTAB = "/etc/fstab"
+
+
+FSTAB_MARKER = "# {mark} hicache-deploy L3 tier"  # ansible.builtin.blockinfile's marker in roles/storage/tasks/apply.yml
+
+
+SYSTEMD_DIR = "/etc/systemd/system"
+
+
+@dataclasses.dataclass(frozen=True)
+class HostFile:
+    """One file a role writes on a host (or, for /etc/fstab, the block of it the role owns)."""
+    role: str
+    path: str
+    content: str
+    mode: str
+    secret: bool = False
+    masked: str | None = dataclasses.field(default=None, compare=False)
+    part: str = ""  # "" for a whole file; else which part of a shared file the role owns
+
+    @property
+    def shown(self) -> str:
+        return self.content if self.masked is None else self.masked
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.content.encode()).hexdigest()
+
+    def as_dict(self) -> dict:
+        """For --json: a secret file carries its masked text, never its content (nor a digest of it)."""
+        return {"role": self.role, "path": self.path, "mode": self.mode, "secret": self.secret, "part": self.part or None,
+                "sha256": None if self.secret else self.sha256, "content": self.shown}
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolFile:
+    """A file a role has a vendor's tool write (its content is the tool's, so render cannot show it)."""
+    role: str
+    path: str
+    command: str  # as the role's task runs it
+    when: str
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class HostChanges:
+    """What the roles do to a host's files: the files they write, the files they remove when present, and the files
+    a vendor's tool writes at their request."""
+    files: list[HostFile]
+    removed: list[tuple[str, str]]  # (role, path)
+    tool_files: list[ToolFile] = dataclasses.field(default_factory=list)
+
+
+def runtime_tool_files(d) -> list[ToolFile]:
+    """What roles/container_runtime/tasks/apply.yml has the NVIDIA Container Toolkit write, per runtime (only where the
+    runtime and nvidia-ctk are installed; tests/test_render.py holds these commands to the role's tasks)."""
+    runtime = container_runtime.runtime_plan(d).runtime
+    if runtime == "docker":
+        return [ToolFile("container_runtime", "/etc/docker/daemon.json", "nvidia-ctk runtime configure --runtime=docker",
+                         "when Docker's daemon.json has no nvidia runtime yet (then Docker is restarted)")]
+    if runtime == "podman":
+        return [ToolFile("container_runtime", "/etc/cdi/nvidia.yaml", "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml",
+                         "when the file is not there yet")]
+    return []
+
+
+def nic_program_text() -> str:
+    """The NIC program as roles/nic_tuning/tasks/apply.yml installs it: the role's file through lookup('ansible.builtin.file'),
+    which strips trailing whitespace (its rstrip option, on by default: ansible/plugins/lookup/file.py), then the task's newline."""
+    return (ROLES / "nic_tuning" / "files" / "hicache-nic-tuning").read_text().rstrip() + "\n"
+
+
+def fstab_block(line: str) -> str:
+    """What ansible.builtin.blockinfile keeps in /etc/fstab: the role's line between its two markers."""
+    return f"{FSTAB_MARKER.format(mark='BEGIN')}\n{line}\n{FSTAB_MARKER.format(mark='END')}\n"
+
+
+def _nic_files(nic) -> list[HostFile]:
+    """roles/nic_tuning/tasks/apply.yml's files: the program, its desired state, its boot unit (and its udev rule)."""
+    out = [HostFile("nic_tuning", nic.program, nic_program_text(), "0755"),
+           HostFile("nic_tuning", nic.config_file, nic.config_text, "0644"),
+           HostFile("nic_tuning", f"{SYSTEMD_DIR}/{nic.unit}", nic.unit_text, "0644")]
+    if getattr(nic, "udev_rule_file", None):
+        out.append(HostFile("nic_tuning", nic.udev_rule_file, nic.udev_rule_text, "0644"))
+    return out
+
+
+def server_host_files(d) -> HostChanges:
+    """Every file site.yml's server play writes on a server, role by role in the play's order (nic_tuning, storage,
+    host_limits, sglang_server), from each role's plan without host facts. What depends on the host (which ports
+    the NIC program finds, whether the tier is mounted, a localports address the host lacks) is read by `plan`."""
+    out = _nic_files(nic_tuning.nic_plan(d))
+    tier = storage.storage_plan(d, {})
+    if tier.mount is not None:
+        out.append(HostFile("storage", FSTAB, fstab_block(tier.mount.fstab_line), "0644", part="the block between the hicache-deploy markers"))
+    out += [HostFile("storage", f["path"], f["content"], f["mode"]) for f in tier.files]
+    removed = [("storage", path) for path in tier.absent]
+    lim = host_limits.limits_plan(d)
+    if getattr(lim, "files", None):  # the plan's own list, as roles/host_limits/tasks/apply.yml hands it to hicache_files
+        out += [HostFile("host_limits", f["path"], f["content"], f["mode"]) for f in lim.files]
+    else:
+        out.append(HostFile("host_limits", lim.limits_file, lim.limits_conf, "0644"))
+        if lim.service is not None:
+            out.append(HostFile("host_limits", lim.dropin_file, lim.dropin, "0644"))
+        if lim.sysctl_conf is not None:
+            out.append(HostFile("host_limits", lim.sysctl_file, lim.sysctl_conf, "0644"))
+    server = sglang_server.server_plan(d)
+    texts = {f.name: f for f in sglang_server.files(d)}  # the plan carries a secret file's masked text only: the real one is here
+    for f in server.files:
+        rendered = texts[f.name]
+        out.append(HostFile("sglang_server", f"{server.cfg_dir.rstrip('/')}/{f.name}", rendered.content, f.mode, f.secret, rendered.masked))
+    out.append(HostFile("sglang_server", f"{SYSTEMD_DIR}/{server.unit['name']}", server.unit["content"], "0644"))
+    return HostChanges(out, removed, runtime_tool_files(d))
+
+
+def router_host_files(d, servers: dict) -> list[HostFile]:
+    """The files the router role writes (roles/router/tasks/main.yml): the workers file and the unit, rendered from
+    the role's own template with its plan (hicachectl/plans/router.py). `servers`: each server's variables (ansible_host,
+    hicache_port, hicache_worker_url, ...), as the role reads them from hostvars."""
+
+    plan = router.plan(d, servers, list(servers))
+    # trim_blocks and the kept final newline, as ansible.builtin.template renders it
+    template = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROLES / "router" / "templates")), undefined=jinja2.StrictUndefined,
+                                  trim_blocks=True, keep_trailing_newline=True, autoescape=False).get_template("sglang-router.service.j2")
+    return HostChanges([HostFile("router", plan["workers_env_path"], plan["workers_env"], "0644"),
+                        HostFile("router", plan["unit_path"], template.render(__hicache_router=plan), "0644")], [])

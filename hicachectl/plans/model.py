@@ -1,0 +1,24 @@
+"""The model role's plan: where the weights come from, their checksums, and whether the hub client is here."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from hicachectl.plans.plan import has_tool
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelPlan:
+    source: str | None  # path, hub, or None (the server resolves the model itself)
+    dir: str | None
+    repo: str | None
+    revision: str | None
+    files: dict[str, str]  # file -> sha256 the weights must have
+    strict: bool
+    hub_client_found: bool | None  # `hf` is installed here (host facts); None without facts
+
+
+def model_plan(d, facts: dict[str, Any] | None = None) -> ModelPlan:
+    return ModelPlan(d.model_source, d.model_dir, d.model_repo, d.model_revision, dict(d.model_files), bool(d.strict),
+                     has_tool(facts, "hf") if facts is not None else None)

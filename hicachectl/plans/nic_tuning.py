@@ -1,0 +1,196 @@
+"""What the nic_tuning role asks of each host: the desired state its host program applies. No I/O."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from hicachectl.plans import storage
+
+CONFIG_FILE = "/etc/hicache/nic-tuning.json"
+PROGRAM = "/usr/local/sbin/hicache-nic-tuning"
+UNIT = "hicache-nic-tuning.service"
+
+
+SELECTION_FILE = "/var/lib/hicache/nic-ports.json"  # the ports found at the last run, for the boot run (no routes yet)
+UDEV_RULE = "/etc/udev/rules.d/90-hicache-nic-tuning.rules"
+TOOL_TIMEOUT = 10  # seconds per tool the program runs; the unit's TimeoutStartSec bounds the whole run
+START_TIMEOUT = 120
+
+
+def storage_ports(d) -> list[str]:
+    """hicache_storage_localports as the mount uses them: VAST's multipath option, with remoteports only (storage.mount)."""
+    multipath = storage.is_nfs(d) and d.storage_type == "vast" and d.storage_remoteports
+    return [str(p) for p in d.storage_localports] if multipath else []
+
+
+def storage_server(d) -> str | None:
+    return str(d.storage_server) if storage.is_nfs(d) and d.storage_server else None
+
+
+def selection(d) -> str:
+    """Which ports the host program tunes and why, as render and plan say it (the program finds the ports themselves)."""
+    if d.nic_interfaces:
+        return "the ports hicache_nic_interfaces names: " + ", ".join(map(str, d.nic_interfaces))
+    if storage_ports(d):
+        return ("the storage ports hicache_storage_localports names (or that hold its addresses): " + ", ".join(storage_ports(d))
+                + "; a VLAN or bond stands for the ports below it; never IPoIB ports")
+    if storage_server(d):
+        return (f"the ConnectX ports that route to hicache_storage_server {storage_server(d)} (ip route get), recorded for the boot run; "
+                "a VLAN or bond stands for the ports below it; never IPoIB or front-end ports")
+    return "none: no port named (hicache_nic_interfaces) and no NFS storage server to route to"
+
+
+# The settings a null leaves as the host has them (schema: "None leaves it"), by the desired state's key: the host
+# program neither writes nor reads them, and its report names each as left as it is (`left`), never as a failure.
+LEFT_BY_NULL = {"rings": "hicache_nic_rings", "channels": "hicache_nic_channels", "qos_trust": "hicache_nic_qos_trust",
+                "roce_tos": "hicache_nic_roce_dscp", "max_read_request": "hicache_nic_max_read_request",
+                "cpu_governor": "hicache_nic_cpu_governor"}
+
+
+def left_alone(d) -> dict[str, str]:
+    """The settings of LEFT_BY_NULL whose variable is null here (desired-state key: variable): left as the host has them."""
+    return {key: name for key, name in LEFT_BY_NULL.items() if getattr(d, name[len("hicache_"):]) is None}
+
+
+def desired(d) -> dict:
+    pfc = [1 if p in d.nic_pfc_priorities else 0 for p in range(8)] if d.nic_pfc_priorities else None
+    return {
+        "interfaces": [str(i) for i in d.nic_interfaces],  # [] = the storage ports (storage_ports, else storage_server's route)
+        "storage_ports": storage_ports(d),
+        "storage_server": storage_server(d),
+        "selection": selection(d),
+        "selection_file": SELECTION_FILE,
+        "tool_timeout": TOOL_TIMEOUT,
+        "mtu": d.nic_mtu,
+        "rings": d.nic_rings,
+        "channels": d.nic_channels,
+        "qos_trust": d.nic_qos_trust,
+        "pfc": pfc,
+        "ecn_priorities": list(d.nic_ecn_priorities),
+        "ecn_required": bool(d.nic_ecn_required),
+        # ToS = DSCP << 2 (the two low bits are ECN's, set by the NIC): configfs-rdma_cm's default_roce_tos
+        "roce_tos": d.nic_roce_dscp << 2 if d.nic_roce_dscp is not None else None,
+        "irq_affinity": d.nic_irq_affinity,
+        "max_read_request": d.nic_max_read_request,
+        "cpu_governor": d.nic_cpu_governor,
+        "left": left_alone(d),  # null: neither set nor checked; the program's report names each (`left`)
+    }
+
+
+def config_text(d) -> str:
+    return json.dumps(desired(d), indent=2, sort_keys=True) + "\n"
+
+
+def unit_text() -> str:
+    """Before the network is set up (systemd.special(7): network-pre.target is passive, so the unit pulls it in with
+    Wants=), after the driver stack (openibd.service of MLNX_OFED/DOCA where present: After= on an absent unit is
+    void), with a bounded start: a hung tool fails this unit, never the boot, the network, the mount or the server."""
+    return f"""# Managed by hicache-deploy: re-applies the NIC tuning at every boot (the settings are runtime-only).
+[Unit]
+Description=hicache-deploy ConnectX tuning for storage traffic
+DefaultDependencies=no
+After=local-fs.target systemd-modules-load.service systemd-udev-trigger.service openibd.service
+Wants=network-pre.target
+Before=network-pre.target shutdown.target
+Conflicts=shutdown.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+TimeoutStartSec={START_TIMEOUT}
+ExecStart={PROGRAM} --apply {CONFIG_FILE}
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def udev_rule_text() -> str:
+    """Apply the tuning again when what it sets is lost after the boot run:
+    - an RDMA device that appears later (a driver reload, openibd restart, or mlx5 RoCE LAG forming when a bond takes
+      both ports of one NIC: mlx5_bond_<n> replaces mlx5_<n>) starts with RDMA-CM's default ToS 0 (the value lives in
+      the kernel's cma_device);
+    - a bond or VLAN appears after the boot run (the network stack makes it after network-pre.target), and enslaving a
+      port sets its MTU to the bond's, 1500 unless set (drivers/net/bonding/bond_main.c, bond_enslave); the program then
+      sets the bond's own MTU, which bond_change_mtu passes to every port of it. A net device's uevent carries its
+      device type as DEVTYPE (drivers/base/core.c, dev_uevent): "bond" (bond_main.c, bond_type) or "vlan"
+      (net/8021q/vlan_dev.c, vlan_type). `|` separates alternatives (udev(7))."""
+    run = f'RUN+="/bin/systemctl --no-block restart {UNIT}"'
+    return ("# Managed by hicache-deploy: re-apply the NIC tuning when an RDMA device appears (its RDMA-CM default ToS starts at 0),\n"
+            "# and when a bond or VLAN appears (enslaving sets each port's MTU to the bond's, 1500 unless set).\n"
+            f'ACTION=="add", SUBSYSTEM=="infiniband", {run}\n'
+            f'ACTION=="add", SUBSYSTEM=="net", ENV{{DEVTYPE}}=="bond|vlan", {run}\n')
+
+
+@dataclasses.dataclass(frozen=True)
+class NicPlan:
+    desired: dict[str, Any]  # what hicache-nic-tuning applies (--apply-json)
+    config_file: str
+    config_text: str
+    program: str
+    unit: str
+    unit_text: str
+    udev_rule_file: str  # re-applies the tuning when an RDMA device, a bond or a VLAN appears (udev_rule_text)
+    udev_rule_text: str
+    selection: str  # which ports the program tunes and why (it finds them on the host; its report names each)
+    strict: bool
+    asked: bool  # the inventory asks for NIC tuning (an NFS tier, or named interfaces)
+    verdict: dict[str, Any] | None = None  # with the program's report: failures, gaps, what still differs
+
+
+def nic_plan(d, report: dict[str, Any] | None = None) -> NicPlan:
+    asked = storage.is_nfs(d) or bool(d.nic_interfaces)
+    return NicPlan(desired(d), CONFIG_FILE, config_text(d), PROGRAM, UNIT, unit_text(), UDEV_RULE,
+                   udev_rule_text(), selection(d), bool(d.strict), asked,
+                   nic_verdict(report, asked, bool(d.nic_ecn_required)) if report is not None else None)
+
+
+def parse_ethtool_rings(text: str) -> dict[str, dict[str, int]]:
+    """`ethtool -g IF` -> {'max': {'RX': 8192, ...}, 'current': {...}}; 'n/a' values are left out."""
+    out: dict[str, dict[str, int]] = {"max": {}, "current": {}}
+    section = None
+    for line in text.splitlines():
+        if line.startswith("Pre-set maximums"):
+            section = "max"
+        elif line.startswith("Current hardware settings"):
+            section = "current"
+        elif section and ":" in line:
+            key, _, value = line.partition(":")
+            value = value.strip()
+            if value.isdigit():
+                out[section][key.strip()] = int(value)
+    return out
+
+
+def nic_verdict(report: dict, asked: bool, ecn_required: bool = False) -> dict[str, list[str]]:
+    """Judge hicache-nic-tuning's JSON report (--check-json): what fails the host and what is a gap.
+
+    `asked`: the inventory needs ConnectX ports (an NFS tier) or names ports (hicache_nic_interfaces).
+    On a host with a ConnectX port, anything the program cannot do or read on a selected port is a failure, as is a
+    named port that is absent. A host without any ConnectX port lacks the hardware entirely: what is asked of it is a
+    gap (a failure under hicache_strict); when nothing is asked there is nothing to tune.
+    `not_offered`: what the port's driver stack has no interface for (per-priority ECN, and trust/PFC without
+    mlnx_qos, with the distribution's mlx5): a named gap that leaves the host degraded whatever hicache_strict says
+    (`driver_gaps`); ECN's is a failure where the inventory requires it (hicache_nic_ecn_required).
+    `changes`: what still differs from the inventory (a failure once the role has applied it).
+    `ports`: each port selected or left alone, with why (what render's selection found on this host).
+    `left`: each setting a null in the inventory leaves as it is ("None leaves it"): neither set nor read, not checked.
+    """
+    reasons = [f"{u['what']}: {u['reason']}" for u in report.get("unavailable", [])]
+    failures = [f"{f['what']}: {f['reason']}" for f in report.get("failed", [])]
+    changes = [c["what"] + (f" ({c['note']})" if c.get("note") else "") for c in report.get("changes", [])]
+    driver = []
+    for gap in report.get("not_offered", []):
+        (failures if ecn_required and gap.get("setting") == "ecn" else driver).append(f"{gap['what']}: {gap['reason']}")
+    ports = ([f"{s['port']}: tuned, {s['reason']}" for s in report.get("selected", [])]
+             + [f"{s['port']}: not tuned, {s['reason']}" for s in report.get("skipped", [])])
+    # driver_gaps and ports only where there are some: a verdict without them reads as before (checks.yml defaults them)
+    left = [f"{item['what']}: {item['reason']}" for item in report.get("left", [])]
+    extra = {k: v for k, v in (("driver_gaps", driver), ("ports", ports), ("left", left)) if v}
+    if report.get("connectx"):
+        return {"failures": failures + reasons, "gaps": [], "changes": changes, **extra}
+    if not asked and not report.get("interfaces"):
+        return {"failures": failures, "gaps": [], "changes": changes, **extra}
+    return {"failures": failures, "gaps": reasons, "changes": changes, **extra}

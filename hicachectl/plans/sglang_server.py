@@ -1,0 +1,207 @@
+"""Turn a deployment into the exact files a host receives. The CLI and the Ansible filter both call this."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+from typing import Any
+
+import jinja2
+
+from hicachectl.config import namespace, secrets
+from hicachectl.config.deployment import uses_uring
+from hicachectl.config.paths import TEMPLATES
+from hicachectl.formats.quoting import shell_word, unit_value, unit_word
+from hicachectl.plans import launch
+from hicachectl.plans.plan import has_tool
+
+
+@dataclasses.dataclass(frozen=True)
+class RenderedFile:
+    name: str
+    content: str
+    mode: str  # octal, as Ansible takes it
+    secret: bool = False  # holds secrets: mode 0600, never shown, logged, diffed or backed up
+    masked: str | None = dataclasses.field(default=None, compare=False)  # the content with every secret as ********
+
+    @property
+    def shown(self) -> str:
+        """What may be printed of this file."""
+        return self.content if self.masked is None else self.masked
+
+
+@functools.lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        autoescape=False,
+    )
+    env.filters["shq"] = shell_word
+    env.filters["unit_value"] = unit_value
+    env.filters["unit_word"] = unit_word
+    env.filters["mount_unit_name"] = mount_unit_name  # only [A-Za-z0-9:_.\\-]: a unit list takes it as it is
+    return env
+
+
+def mount_unit_name(path) -> str:
+    """The name systemd gives the mount unit of `path` (systemd-escape --path --suffix=mount, systemd.unit(5)):
+    slashes become dashes, any byte but ASCII letters, digits, ':', '_' and '.' (and a leading '.') becomes \\xNN."""
+    inner = "/".join(part for part in str(path).split("/") if part)
+    if not inner:
+        return "-.mount"
+    out = []
+    for i, byte in enumerate(inner.encode()):
+        char = chr(byte)
+        if char == "/":
+            out.append("-")
+        elif (char.isascii() and (char.isalnum() or char in ":_.")) and not (i == 0 and char == "."):
+            out.append(char)
+        else:
+            out.append(f"\\x{byte:02x}")
+    return "".join(out) + ".mount"
+
+
+def _start_sh(d) -> str:
+    command = [" ".join(shell_word(w) for w in group) for group in launch.argv_groups(d)]
+    return _environment().get_template("start.sh.j2").render(host=d.inventory_host, command=command)
+
+
+def _script(d, template: str, detach: bool) -> str:
+    container = launch.in_container(d)
+    run = [" ".join(shell_word(w) for w in group) for group in launch.container_run_groups(d, detach)] if container else []
+    return _environment().get_template(template).render(
+        # the server's own L3 directory (its namespace under the tier) exists before it starts
+        host=d.inventory_host, cfg_dir=d.cfg_dir, cache_dir=namespace.host_dir(d) or d.cache_dir, run=run, container=container,
+        namespace_dir=namespace.host_dir(d) if namespace.of(d) else None,
+        env=launch.container_env(d), secret_env_file=launch.secret_env_file(d), runtime=d.container_runtime,
+        name=d.container_name, unit=unit_name(d))
+
+
+def unit_name(d) -> str:
+    return f"{d.service_name}.service"
+
+
+def _limit(value) -> str:
+    return "infinity" if int(value) < 0 else str(value)
+
+
+def unit(d) -> RenderedFile:
+    """The systemd unit that keeps the server running (serve.sh in the foreground)."""
+    from hicachectl.plans import host_limits, storage
+
+    ulimits = d.container_ulimits
+    text = _environment().get_template("sglang-hicache.service.j2").render(
+        host=d.inventory_host, served=d.served_name, cfg_dir=d.cfg_dir,
+        cache_dir=d.cache_dir, l3_mount=storage.mount_point(d),
+        container=launch.in_container(d), runtime=d.container_runtime, name=d.container_name,
+        runtime_service=host_limits.runtime_service(d) if launch.in_container(d) else None,
+        memlock=_limit(ulimits.get("memlock", -1)), stack=_limit(ulimits.get("stack", 67108864)))
+    return RenderedFile(unit_name(d), text, "0644")
+
+
+def files(d) -> list[RenderedFile]:
+    """Every file of the host's config directory, in a stable order."""
+    out = [RenderedFile("start.sh", _start_sh(d), "0755"), RenderedFile("run.sh", _script(d, "run.sh.j2", True), "0755"),
+           RenderedFile("serve.sh", _script(d, "serve.sh.j2", False), "0755")]
+    config_text = launch.extra_config_file_text(d)
+    if config_text is not None:
+        if secrets.extra_config_has_secrets(d):
+            masked = launch.extra_config_file_text(d, secrets.mask_config(launch.extra_config(d), secrets.secret_keys(d)))
+            out.append(RenderedFile(launch.extra_config_file_name(d), config_text, secrets.SECRET_MODE, True, masked))
+        else:
+            out.append(RenderedFile(launch.extra_config_file_name(d), config_text, "0644"))
+    secret_flags = secrets.server_secret_flags(d)
+    if secret_flags:
+        out.append(RenderedFile(secrets.SERVER_SECRETS_FILE, secrets.server_secrets_text(secret_flags), secrets.SECRET_MODE, True,
+                                secrets.server_secrets_text(dict.fromkeys(secret_flags, secrets.MASK))))
+    secret_env = launch.secret_env(d)
+    if secret_env:
+        out.append(RenderedFile(secrets.SECRETS_ENV, secrets.env_file_text(secret_env), secrets.SECRET_MODE, True,
+                                secrets.env_file_text(dict.fromkeys(secret_env, secrets.MASK))))
+    out.append(unit(d))  # kept with the config, so a rollback restores the unit that ran with it
+    return out + [RenderedFile(INSTALLED, json.dumps(deployed(d, out), indent=2, sort_keys=True) + "\n", "0644")]
+
+
+# installed.json describes the files in cfg/; the role copies it to deployed.json only once a server started
+# with them and answered /health, so deployed.json always describes what runs (status, rollback read it).
+INSTALLED, DEPLOYED = "installed.json", "deployed.json"
+
+
+def config_hash(rendered: list[RenderedFile]) -> str:
+    digest = hashlib.sha256()
+    for f in rendered:
+        digest.update(f"{f.name}\0{f.mode}\0{f.content}\0".encode())
+    return digest.hexdigest()[:16]
+
+
+def deployed(d, rendered: list[RenderedFile]) -> dict:
+    """The record of a config: installed.json beside its files, deployed.json once it runs. Changes only with the config."""
+    return {"config_hash": config_hash(rendered), "image": d.image, "sglang_version": d.sglang_version,
+            "served_model_name": d.served_name, "port": d.effective_port,
+            # where its pages go: `hicachectl l3 --prune` keeps what a running server uses, whatever the inventory says now
+            "l3_namespace": namespace.of(d), "l3_dir": namespace.host_dir(d)}
+
+
+# --- every file a host receives -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerFile:
+    name: str
+    content: str  # a file holding secrets carries its masked text (this plan is shown at -v and in every event)
+    mode: str
+    secret: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerPlan:
+    cfg_dir: str
+    previous_dir: str
+    deployed: dict[str, Any]  # what deployed.json records once the server is healthy with these files
+    deployed_name: str
+    files: list[ServerFile]
+    public_files: list[dict[str, Any]]  # what hicache_files writes in one step: every file without a secret, backed up
+    # The secret files this config has none of (removed: an old secret does not stay on the host).
+    absent_secret_files: list[str]
+    uring_fallback: bool
+    unit: dict[str, str]
+    health_url: str
+    health_timeout: int
+    runtime: str | None
+    uses_uring: bool
+    uring_requested: bool
+    strict: bool
+    cannot_run: str  # why no server can run here (no systemd, no container runtime); '' when it can, or without facts
+
+
+def with_uring_fallback(d, uring_fallback: bool):
+    """The deployment as the server runs it: NIXL's POSIX plugin on POSIX AIO where io_uring failed on this host."""
+    return launch.uring_fallback(d) if uring_fallback and uses_uring(d) else d
+
+
+def server_plan(d, uring_fallback: bool = False, facts: dict[str, Any] | None = None) -> ServerPlan:
+    asks_uring = uses_uring(d)
+    d = with_uring_fallback(d, uring_fallback)
+    rendered = files(d)
+    unit = next(f for f in rendered if f.name == unit_name(d))
+    runtime = d.container_runtime if launch.in_container(d) else None
+    cannot_run = ""
+    if facts is not None:
+        if not facts.get("systemd"):
+            cannot_run = f"systemd does not run this host; start {d.cfg_dir}/serve.sh by other means"
+        elif runtime is not None and not has_tool(facts, runtime):
+            cannot_run = f"{runtime} is not installed on this host"
+    return ServerPlan(
+        d.cfg_dir, d.cfg_dir.rstrip("/") + ".previous", json.loads(next(f.content for f in rendered if f.name == INSTALLED)),
+        DEPLOYED, [ServerFile(f.name, f.shown, f.mode, f.secret) for f in rendered],
+        [{"path": f"{d.cfg_dir}/{f.name}", "content": f.content, "mode": f.mode, "owner": "root", "group": "root", "backup": True,
+          "label": f.name} for f in rendered if not f.secret],
+        [f"{d.cfg_dir}/{name}" for name in (secrets.SECRETS_ENV, secrets.SERVER_SECRETS_FILE) if name not in {f.name for f in rendered}],
+        bool(uring_fallback and asks_uring), {"name": unit.name, "content": unit.content},
+        f"http://{d.local_host}:{d.effective_port}/health", d.health_timeout, runtime, asks_uring and not uring_fallback, asks_uring,
+        bool(d.strict), cannot_run)
