@@ -26,6 +26,11 @@ def test_deploy_converges_then_changes_nothing(fleet3):
         assert f"{host}: Install start.sh, run.sh, serve.sh and the backend config ... changed" in first.stderr  # live progress
         on_host = fleet3.ssh(host, "cat /opt/sglang-hicache/cfg/start.sh; test -x /opt/sglang-hicache/cfg/run.sh")
         assert on_host.returncode == 0 and "--hicache-storage-backend file" in on_host.stdout
+        # what the Molecule scenario of the whole site checked before this test was the one converge of site.yml through
+        # hicachectl: the inventory's model, run.sh's mode, and both scripts parse in the host's bash
+        assert "--model-path openai/gpt-oss-20b" in on_host.stdout
+        scripts = fleet3.ssh(host, "stat -c %a /opt/sglang-hicache/cfg/run.sh && bash -n /opt/sglang-hicache/cfg/start.sh /opt/sglang-hicache/cfg/run.sh")
+        assert scripts.returncode == 0 and scripts.stdout.split() == ["755"], scripts.stdout + scripts.stderr
     second = cli_json("deploy", "--inventory", str(inventory))
     assert second["ok"] and {h: r["changed"] for h, r in second["hosts"].items()} == dict.fromkeys(fleet3.hosts, 0)
     assert {r["status"] for r in second["hosts"].values()} == {"degraded"}

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "tests" / "infra"))
 import vm as vmlib  # noqa: E402
 from bed import run_play, vm_inventory  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.vm]
+pytestmark = [pytest.mark.slow, pytest.mark.vm, pytest.mark.timeout(3600)]  # a boot, an image import and a converge on a loaded TCG guest
 
 IMAGE = "hicache-standin"
 STANDIN_DIR = "/opt/standin"
@@ -88,18 +88,16 @@ class DockerHost:
             raise AssertionError(f"`{command}` exited {proc.returncode}: {proc.stderr.strip()} {proc.stdout.strip()}")
         return proc.stdout
 
-    def build_images(self) -> None:
-        """Three local tags of the stand-in image: v1, v2 (an upgrade) and broken (a server that never becomes
-        healthy: the stand-in's STANDIN_NEVER_HEALTHY, as a bad image would be)."""
+    def build_image(self) -> None:
+        """The stand-in image's local tag v1. Upgrades, rollbacks and config changes are the container fleet's tests
+        (tests/fleet/test_fleet_service.py, test_fleet_upgrade.py): this bed keeps what only Docker shows."""
         for name in ("sglang_standin.py", "sglang_pages.py"):
             self.vm.write(f"/root/image/{name}", (ROOT / "tests/standin" / name).read_text())
         # A TCG guest digests the 170 MB layer slowly, and more slowly still beside CI's other streams (it took more than
         # 300 s there once): the waits below are for a loaded machine, not a measure.
         self.ssh(f"docker image inspect {IMAGE}:base >/dev/null 2>&1 || docker import /root/standin-rootfs.tar {IMAGE}:base", timeout=1500)
-        for tag, extra in (("v1", ""), ("v2", ""), ("broken", "ENV STANDIN_NEVER_HEALTHY=1\n")):
-            self.vm.write(f"/root/image/Dockerfile.{tag}",
-                          f"FROM {IMAGE}:base\nLABEL org.hicache.testbed.tag={tag}\n{extra}COPY sglang_standin.py sglang_pages.py {STANDIN_DIR}/\n")
-            self.ssh(f"cd /root/image && DOCKER_BUILDKIT=0 docker build -q -f Dockerfile.{tag} -t {IMAGE}:{tag} .", timeout=1200)
+        self.vm.write("/root/image/Dockerfile", f"FROM {IMAGE}:base\nLABEL org.hicache.testbed.tag=v1\nCOPY sglang_standin.py sglang_pages.py {STANDIN_DIR}/\n")
+        self.ssh(f"cd /root/image && DOCKER_BUILDKIT=0 docker build -q -t {IMAGE}:v1 .", timeout=1200)
 
     def play(self, variables: dict, tasks: list[dict], name: str = "play", verbose: bool = False) -> subprocess.CompletedProcess:
         inventory = vm_inventory(self.workdir / f"{name}.yml", self.vm, self.key, variables)
@@ -163,7 +161,7 @@ def test_host_limits_and_container_runtime_bring_docker_up_with_memlock_where_co
     # dockerd talks to the system containerd (Debian's docker.service: --containerd=/run/containerd/containerd.sock),
     # so a container's shim is containerd.service's, not dockerd's.
     assert "--containerd=/run/containerd/containerd.sock" in host.ssh(f"tr '\\0' ' ' < /proc/{host.main_pid('docker.service')}/cmdline")
-    host.build_images()
+    host.build_image()
     # The role's own check (verify) reads the running processes and passes.
     verify = host.play({**SERVER_VARS}, [role("host_limits", tasks_from="verify")], "limits-verify")
     assert verify.returncode == 0 and recap(verify)["failed"] == 0, verify.stdout[-4000:]
@@ -255,38 +253,6 @@ def test_a_second_converge_changes_nothing_and_restarts_nothing(host):
     before = host.inspect()["Id"]
     assert converge(host, SERVER_VARS)["changed"] == 0
     assert host.inspect()["Id"] == before
-
-
-def test_a_config_change_restarts_the_server_once(host):
-    before = host.inspect()["Id"]
-    started = f"journalctl -u {UNIT} --no-pager -o cat | grep -c '^Started ' || true"
-    starts_before = int(host.ssh(started).strip())
-    changed = {**SERVER_VARS, "hicache_container_env": {**SERVER_VARS["hicache_container_env"], "STANDIN_LOAD_SECONDS": "2"}}
-    converge(host, changed)
-    info = host.inspect()
-    assert info["Id"] != before and "STANDIN_LOAD_SECONDS=2" in info["Config"]["Env"] and host.healthy()
-    assert int(host.ssh(started).strip()) - starts_before == 1  # one restart for the change, not one per changed file
-    SERVER_VARS["hicache_container_env"] = changed["hicache_container_env"]
-
-
-def test_an_upgrade_to_a_second_local_tag(host):
-    converge(host, {**SERVER_VARS, "hicache_image": f"{IMAGE}:v2"})
-    assert host.inspect()["Config"]["Image"] == f"{IMAGE}:v2" and host.healthy()
-    assert host.deployed()["image"] == f"{IMAGE}:v2"
-
-
-def test_an_upgrade_that_never_becomes_healthy_is_rolled_back(host):
-    """The role's own rollback (roles/sglang_server/tasks/service.yml): the previous config back, restarted, healthy.
-    The one hicache_health_timeout judges both the new server and the previous one's restart: 20 s, once used here to
-    fail fast, was too short for v2 to come back on a TCG guest of a loaded machine ("which did not become healthy
-    either ... last answer: 503", seen 2026-12-02), so the wait is 60 s."""
-    v2 = host.deployed()
-    run = host.play({**SERVER_VARS, "hicache_image": f"{IMAGE}:broken", "hicache_health_timeout": 60}, [role("sglang_server")], "broken")
-    assert run.returncode != 0, run.stdout[-4000:]
-    said = " ".join(run.stdout.split())  # the callback may fold the long message
-    assert f"rolled back to config {v2['config_hash']} (image {IMAGE}:v2), which serves again" in said, run.stdout[-4000:]
-    assert host.inspect()["Config"]["Image"] == f"{IMAGE}:v2" and host.healthy()
-    assert host.deployed() == v2
 
 
 def test_the_server_comes_back_after_a_reboot_with_its_limits(host):
