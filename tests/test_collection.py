@@ -97,6 +97,7 @@ def test_ansible_doc_documents_the_plugins(installed, plugin, kind):
     assert plugin in doc
 
 
+@pytest.mark.timeout(2400)  # ansible-test's own bound on the run is 1800 s, its venvs come first
 def test_ansible_test_sanity_passes(installed):
     """ansible-test's own sanity tests, in venvs it makes (pylint, yamllint, validate-modules... from PyPI).
 

@@ -17,7 +17,7 @@ import time
 import pytest
 from bed import EXPORT, LINKS, ROOT, vmlib
 
-pytestmark = [pytest.mark.slow, pytest.mark.vm]
+pytestmark = [pytest.mark.slow, pytest.mark.vm, pytest.mark.timeout(3600)]  # a boot, an image import and a converge on a loaded TCG guest
 
 POINT = "/mnt/l3"
 READ_AHEAD = 8192
