@@ -165,7 +165,7 @@ def release_locks_after(result, inv, run_id: str, *, check: bool = False, locked
 
 
 def run_and_report(playbook: str, inventory: str, limit: str | None, json: bool, *, check: bool, show_diff: bool, verb: str,
-                   extravars: dict | None = None, rolling: bool = False, refusals=None) -> NoReturn:
+                   extravars: dict | None = None, rolling: bool = False, refusals=None, detailed_exitcode: bool = False) -> NoReturn:
     """Guard the inventory, run `playbook` on its hosts (its routers too for site.yml), release what a cut-short
     run left locked, report. `refusals(deployments)`: the command's own findings, refused as the inventory's are."""
     from hicachectl.cli import runner
@@ -189,4 +189,5 @@ def run_and_report(playbook: str, inventory: str, limit: str | None, json: bool,
     result = runner.run_playbook(playbook, inv.path, limit=limit, check=check, diff=show_diff or check, progress=watch,
                                  extravars=extravars, hosts=[*deployments, *routers], routers=routers)
     release_locks_after(result, inv, run_id, check=check, locked=watch.locked)
-    common.report_run(inv, result, json=json, check=check, verb=verb, show_diff=show_diff, hidden=hidden)
+    common.report_run(inv, result, json=json, check=check, verb=verb, show_diff=show_diff, hidden=hidden,
+                      exit_code=common.plan_exit_code(result) if detailed_exitcode else None)

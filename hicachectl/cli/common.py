@@ -224,16 +224,31 @@ def host_reason(h) -> str:
     return "; ".join(host_reasons(h))
 
 
-def report_run(inv, result, *, json: bool, check: bool, verb: str, show_diff: bool, hidden) -> NoReturn:
+# What a dry run found that deploy would refuse on a host (roles/sglang_image/tasks/apply.yml sets it in check mode).
+REFUSAL_FACT = "hicache_refusal"
+
+
+def plan_exit_code(result) -> int:
+    """plan --detailed-exitcode (Terraform's plan -detailed-exitcode): 1 when a host failed, was not reached, or would
+    be refused by deploy; else 2 when any host would change; else 0."""
+    if not result.succeeded or any(r.facts.get(REFUSAL_FACT) for r in result.hosts.values()):
+        return EXIT_INVALID
+    return EXIT_USAGE if any(r.changed for r in result.hosts.values()) else EXIT_OK
+
+
+def report_run(inv, result, *, json: bool, check: bool, verb: str, show_diff: bool, hidden, exit_code: int | None = None) -> NoReturn:
     """The report of a playbook run: each change with its diff (in check mode and with --diff: lists_changes; else
     the progress said each as it happened), each failure, note and gap in full, the host table; or --json (every
     change, always).
-    Secret values (`hidden`) show as ********. Exit 0 when every host ended ok, changed or degraded, else 1."""
+    Secret values (`hidden`) show as ********. Exit 0 when every host ended ok, changed or degraded, else 1 (or
+    `exit_code`, plan --detailed-exitcode's)."""
     from hicachectl.config import secrets
 
     payload = secrets.mask({"inventory": inv.name, "check": check, "ok": result.succeeded, "interrupted": result.interrupted,
                             "hosts": {h: r.as_dict() | {"reason": host_reason(r)} for h, r in sorted(result.hosts.items())}}, hidden)
-    finish(EXIT_OK if result.succeeded else EXIT_INVALID, json, payload,
+    if exit_code is None:
+        exit_code = EXIT_OK if result.succeeded else EXIT_INVALID
+    finish(exit_code, json, payload,
            _run_lines(result, check=check, verb=verb, show_diff=show_diff, hidden=hidden))
 
 

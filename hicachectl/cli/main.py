@@ -38,6 +38,12 @@ CHECK_EXIT_CODES = {
     EXIT_USAGE: "a host could not be checked (or a usage error, as for every command)",
 }
 CHECK_COMMANDS = ("doctor", "verify", "status")
+# plan --detailed-exitcode, as Terraform's plan -detailed-exitcode, for CI to gate on (hicachectl.cli.common.plan_exit_code).
+PLAN_EXIT_CODES = {
+    EXIT_OK: "nothing to change on any host",
+    EXIT_INVALID: "an error (as for every command), or a change `deploy` would refuse (a downgrade without `--allow-downgrade`)",
+    EXIT_USAGE: "changes pending (or a usage error, as for every command)",
+}
 
 
 def _flags_without_type() -> None:

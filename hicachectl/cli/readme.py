@@ -13,11 +13,11 @@ START, END = "<!-- exit-codes:start -->", "<!-- exit-codes:end -->"
 
 
 def exit_codes_table() -> str:
-    from hicachectl.cli.main import CHECK_COMMANDS, CHECK_EXIT_CODES, EXIT_CODES
+    from hicachectl.cli.main import CHECK_COMMANDS, CHECK_EXIT_CODES, EXIT_CODES, PLAN_EXIT_CODES
 
     checks = ", ".join(f"`{c}`" for c in CHECK_COMMANDS)
-    rows = [f"| exit | every command | {checks} |", "|---|---|---|"]
-    rows += [f"| `{code}` | {EXIT_CODES[code]} | {CHECK_EXIT_CODES[code]} |" for code in sorted(EXIT_CODES)]
+    rows = [f"| exit | every command | {checks} | `plan --detailed-exitcode` |", "|---|---|---|---|"]
+    rows += [f"| `{code}` | {EXIT_CODES[code]} | {CHECK_EXIT_CODES[code]} | {PLAN_EXIT_CODES[code]} |" for code in sorted(EXIT_CODES)]
     return "\n".join(rows)
 
 

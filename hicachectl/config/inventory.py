@@ -18,6 +18,7 @@ import functools
 import os
 import pathlib
 import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hicachectl.config.deployment import PREFIX
@@ -69,6 +70,14 @@ class Written:
 
 # The group of router hosts: they run the SGLang router (role router), never a server. Every other host is a server.
 ROUTERS = "hicache_routers"
+
+
+def server_hosts(groups: Mapping[str, Iterable[str]]) -> list[str]:
+    """The inventory's servers from Ansible's `groups`: every host outside ROUTERS, each once, in the inventory's order.
+    The order is what the router's workers file and every list built from it keep. (Ansible's `difference` filter goes
+    through a set, ansible/plugins/filter/mathstuff.py, so its order changed from run to run with the hash seed.)"""
+    routers = set(groups.get(ROUTERS) or ())
+    return [str(h) for h in dict.fromkeys(groups.get("all") or ()) if h not in routers]
 
 
 # --- where an inventory is -------------------------------------------------------------------------------

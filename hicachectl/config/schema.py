@@ -454,6 +454,7 @@ FACTS = {
     "hicache_preflight_report": "The preflight role's judgement of the host (checks, required_missing); hicachectl doctor reads it.",
     "hicache_status_report": "What the status playbook read on the host; hicachectl status reads it.",
     "hicache_verify_report": "The verify playbook's checks of the host's server; hicachectl verify reads it.",
+    "hicache_refusal": "What deploy would refuse on the host (a downgrade not asked for), found by a dry run; `plan --detailed-exitcode` exits 1 for it.",
     "hicache_l3_report": "The L3 namespaces of the host's tier as the l3 playbook listed them (and what it removed), and what each server runs (its deployed.json: `running`); hicachectl l3 reads it.",
 }
 

@@ -6,7 +6,7 @@ from ansible.errors import AnsibleFilterError
 
 try:
     from hicachectl import rules
-    from hicachectl.config import schema
+    from hicachectl.config import inventory, schema
     from hicachectl.config.deployment import PREFIX
     from hicachectl.config.inventory import plain
     from hicachectl.plans import router
@@ -59,6 +59,12 @@ def hicache_router_plan(variables, host, servers, all_hostvars=None):
         raise AnsibleFilterError(f"{host}: {exc} (set hicache_worker_url on the server)") from exc
 
 
+def hicache_servers(groups):
+    """The inventory's servers (every host outside hicache_routers) in the inventory's order: `groups | hicache_servers`."""
+    _core()
+    return inventory.server_hosts(plain(dict(groups)))
+
+
 def hicache_router_extra_workers(listed, plan):
     """The worker URLs the router lists (GET /workers) that the plan does not name."""
     _core()
@@ -79,4 +85,4 @@ def hicache_router_judge(observed, plan):
 
 class FilterModule:
     def filters(self):
-        return {f.__name__: f for f in (hicache_router_plan, hicache_router_extra_workers, hicache_router_probes, hicache_router_judge)}
+        return {f.__name__: f for f in (hicache_servers, hicache_router_plan, hicache_router_extra_workers, hicache_router_probes, hicache_router_judge)}

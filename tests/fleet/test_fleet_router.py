@@ -31,7 +31,7 @@ import urllib.request
 
 import pytest
 from fleet import HEALTH_TIMEOUT, STANDIN, Fleet
-from support import cli
+from support import cli, cli_json
 
 from hicachectl.plans.router import CHECKED_VERSIONS
 
@@ -206,6 +206,16 @@ def test_deploy_then_cache_aware_routing_keeps_a_shared_prefix_on_one_server_unl
     assert state[router]["workers"]["listed healthy"] == len(servers) and not state[router]["problems"], state[router]
     table = cli("status", "--inventory", str(inventory(bed, "cache-aware")))
     assert any(line.split()[:1] == [router] for line in table.stdout.splitlines()), table.stdout
+    # A deploy that changes nothing says so on the servers and the router, every time: the workers file lists the
+    # servers in the inventory's order (Ansible's set-based `difference` reordered them from run to run before).
+    for attempt in range(3):
+        again = cli_json("deploy", "--inventory", str(inventory(bed, "cache-aware")))
+        changed = {h: r["changed"] for h, r in again["hosts"].items()}
+        assert again["ok"] and changed == dict.fromkeys([*servers, router], 0), (attempt, changed, again["hosts"])
+    gate = cli("plan", "--inventory", str(inventory(bed, "cache-aware")), "--detailed-exitcode")
+    assert gate.returncode == 0, gate.stdout + gate.stderr  # nothing to change
+    pending = cli("plan", "--inventory", str(inventory(bed, "pending", hicache_router_policy="round_robin")), "--detailed-exitcode")
+    assert pending.returncode == 2, pending.stdout + pending.stderr  # the router's unit would change
 
     counts = share_of(bed, shared_prefix_prompts("alpha"))
     print(f"cache_aware: {counts}")

@@ -100,6 +100,9 @@ def test_a_downgrade_is_named_by_plan_and_deployed_only_when_asked_for(fleet2):
 
     plan = cli("plan", "--inventory", str(old))
     assert plan.returncode == 0, plan.stdout + plan.stderr
+    # for CI to gate on: a change deploy would refuse is an error (Terraform's -detailed-exitcode: 1)
+    gated = cli("plan", "--inventory", str(old), "--detailed-exitcode")
+    assert gated.returncode == 1, gated.stdout + gated.stderr
     for host in hosts:
         assert (f"{host}: note: the server runs SGLang 0.5.23 (image {NEW}) and the inventory pins the older 0.5.21 "
                 f"(hicache_image {OLD}): a downgrade; deploy refuses it without --allow-downgrade") in plan.stdout, plan.stdout
