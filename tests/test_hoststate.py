@@ -115,15 +115,20 @@ def report(**fields):
     return {"interfaces": [], "connectx": [], "missing": [], "changes": [], "unavailable": [], "failed": [], **fields}
 
 
-def test_nic_verdict_a_host_with_connectx_fails_on_what_it_cannot_do():
+def test_nic_verdict_a_host_with_connectx_fails_on_what_it_tried_and_has_gaps_for_what_it_lacks():
+    """Strict means strict on ConnectX hosts too (#34): what the host lacks (a named port, a tool, a module) is a gap,
+    which hicache_strict makes a failure and hicache_strict: false leaves degraded; before, a ConnectX port made every
+    such item a failure whatever the inventory tolerated. What the program tried and could not do stays a failure."""
     named_absent = report(interfaces=["ens9"], connectx=["ens1f0np0"], missing=["ens9"],
                           unavailable=[{"what": "ens9", "reason": "no interface ens9 on this host (named in hicache_nic_interfaces)"}])
     assert nic_tuning.nic_verdict(named_absent, asked=True) == {
-        "failures": ["ens9: no interface ens9 on this host (named in hicache_nic_interfaces)"], "gaps": [], "changes": []}
+        "failures": [], "gaps": ["ens9: no interface ens9 on this host (named in hicache_nic_interfaces)"], "changes": []}
     tool = report(interfaces=["ens1f0np0"], connectx=["ens1f0np0"], unavailable=[{"what": "ens1f0np0 qos", "reason": "mlnx_qos is not installed"}],
                   changes=[{"what": "ens1f0np0 mtu"}], failed=[{"what": "ens1f0np0 mtu", "reason": "ip: Operation not permitted"}])
     assert nic_tuning.nic_verdict(tool, asked=False) == {
-        "failures": ["ens1f0np0 mtu: ip: Operation not permitted", "ens1f0np0 qos: mlnx_qos is not installed"], "gaps": [], "changes": ["ens1f0np0 mtu"]}
+        "failures": ["ens1f0np0 mtu: ip: Operation not permitted"], "gaps": ["ens1f0np0 qos: mlnx_qos is not installed"], "changes": ["ens1f0np0 mtu"]}
+    module = report(interfaces=["ens1f0np0"], connectx=["ens1f0np0"], unavailable=[{"what": "ens1f0np0 rdma", "reason": "mlx5_ib is not loaded"}])
+    assert nic_tuning.nic_verdict(module, asked=True) == {"failures": [], "gaps": ["ens1f0np0 rdma: mlx5_ib is not loaded"], "changes": []}
 
 
 def test_nic_verdict_a_host_without_connectx_has_gaps_only_for_what_is_asked():

@@ -151,13 +151,17 @@ def test_the_boot_run_uses_the_ports_recorded_when_there_is_no_route_yet(tmp_pat
     assert not any(u["what"] == "storage ports" for u in report["unavailable"])
 
 
-def test_no_route_and_nothing_recorded_is_a_failure_naming_why(tmp_path):
+def test_no_route_and_nothing_recorded_is_a_gap_naming_why_that_strict_makes_a_failure(tmp_path):
+    """The host cannot tell its storage ports (no route, nothing recorded): a gap of the host, never ok; the role's
+    hicache_gap fails it under hicache_strict, and hicache_strict: false leaves it degraded, ConnectX or not (#34)."""
     root, _ = sample(tmp_path, "ofed-mlx5")
     rc, report = program((root, tmp_path / "none"), "--check-json", routed())
     assert report["interfaces"] == [] and report["unavailable"] == [
         {"what": "storage ports", "reason": "cannot tell which ports carry the storage traffic: ip -json route get 172.16.10.20: "
                                             "RTNETLINK answers: Network is unreachable"}]
-    assert nic_tuning.nic_verdict(report, asked=True)["failures"]
+    verdict = nic_tuning.nic_verdict(report, asked=True)
+    assert verdict["gaps"] == ["storage ports: cannot tell which ports carry the storage traffic: ip -json route get 172.16.10.20: "
+                               "RTNETLINK answers: Network is unreachable"] and verdict["failures"] == []
 
 
 def test_a_virtio_host_tunes_nothing_unless_named_and_a_named_port_s_mtu_changes(tmp_path):

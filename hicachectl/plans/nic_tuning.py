@@ -168,9 +168,10 @@ def nic_verdict(report: dict, asked: bool, ecn_required: bool = False) -> dict[s
     """Judge hicache-nic-tuning's JSON report (--check-json): what fails the host and what is a gap.
 
     `asked`: the inventory needs ConnectX ports (an NFS tier) or names ports (hicache_nic_interfaces).
-    On a host with a ConnectX port, anything the program cannot do or read on a selected port is a failure, as is a
-    named port that is absent. A host without any ConnectX port lacks the hardware entirely: what is asked of it is a
-    gap (a failure under hicache_strict); when nothing is asked there is nothing to tune.
+    What the program tried and could not do (`failed`) is a failure: the host could and did not. What the host lacks
+    (`unavailable`: a tool, a module, a named port, a storage name that does not resolve yet, or no ConnectX port at
+    all) is a gap, on any host, whatever its port kind: a failure under hicache_strict, else the host is degraded, never
+    ok. Only a host without ConnectX ports of which nothing is asked has nothing to tune, and no gap.
     `not_offered`: what the port's driver stack has no interface for (per-priority ECN, and trust/PFC without
     mlnx_qos, with the distribution's mlx5): a named gap that leaves the host degraded whatever hicache_strict says
     (`driver_gaps`); ECN's is a failure where the inventory requires it (hicache_nic_ecn_required).
@@ -189,8 +190,6 @@ def nic_verdict(report: dict, asked: bool, ecn_required: bool = False) -> dict[s
     # driver_gaps and ports only where there are some: a verdict without them reads as before (checks.yml defaults them)
     left = [f"{item['what']}: {item['reason']}" for item in report.get("left", [])]
     extra = {k: v for k, v in (("driver_gaps", driver), ("ports", ports), ("left", left)) if v}
-    if report.get("connectx"):
-        return {"failures": failures + reasons, "gaps": [], "changes": changes, **extra}
-    if not asked and not report.get("interfaces"):
+    if not asked and not report.get("interfaces") and not report.get("connectx"):
         return {"failures": failures, "gaps": [], "changes": changes, **extra}
     return {"failures": failures, "gaps": reasons, "changes": changes, **extra}
