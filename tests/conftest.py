@@ -8,7 +8,7 @@ import time
 import urllib.request
 
 import pytest
-from support import ROOT, SHARED
+from support import ROOT, source_documents
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "infra"))
 from fleet import Fleet, free_port, sglang_path, sglang_storage_env  # noqa: E402
@@ -18,8 +18,8 @@ STANDIN = ROOT / "tests/standin/sglang_standin.py"
 
 @pytest.fixture(scope="session")
 def shared() -> pathlib.Path:
-    assert SHARED.is_dir(), f"{SHARED} is missing: the seed documents live in ../shared beside the checkout"
-    return SHARED
+    """The source documents' directory (support.source_documents: skip, or fail in the full tier, when missing)."""
+    return source_documents()
 
 
 @pytest.fixture(scope="module")

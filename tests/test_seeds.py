@@ -14,31 +14,14 @@ they start replaced by recorders (see seeds.py). The only differences allowed ar
 from __future__ import annotations
 
 import json
+import pathlib
 import tomllib
 
-import pytest
 import seeds
 from helpers import SEED_EXACT, deployment, rendered
-from support import SHARED
+from support import SHARED, missing_source_documents
 
 from hicachectl.config import namespace
-
-
-def missing_source_documents(shared) -> str | None:
-    """What to say when the source documents are not where these tests read them: the path each must have."""
-    missing = [shared / "seeds" / name for name in seeds.SEED_FILES.values() if not (shared / "seeds" / name).is_file()]
-    if not missing:
-        return None
-    return (f"the profiles' source documents are missing: {', '.join(str(p) for p in missing)}. They live in ../shared/seeds "
-            f"beside the checkout ({shared.resolve() / 'seeds'}); put the four documents there to run these tests.")
-
-
-@pytest.fixture(scope="module")
-def shared():
-    """The directory beside the checkout holding seeds/ (overrides conftest's, to name each missing document)."""
-    problem = missing_source_documents(SHARED)
-    assert problem is None, problem
-    return SHARED
 
 
 def test_a_missing_source_document_is_named_with_where_it_belongs(tmp_path):
@@ -46,7 +29,30 @@ def test_a_missing_source_document_is_named_with_where_it_belongs(tmp_path):
     (tmp_path / "seeds" / seeds.SEED_FILES["vast"]).write_text("x")
     said = missing_source_documents(tmp_path)
     assert said is not None and "../shared/seeds" in said and seeds.SEED_FILES["netapp"] in said and seeds.SEED_FILES["vast"] not in said
-    assert missing_source_documents(SHARED) is None  # this checkout has them
+
+
+def test_this_checkout_has_the_source_documents(shared):
+    assert missing_source_documents(SHARED) is None
+
+
+def test_without_the_documents_the_comparisons_skip_saying_where_they_belong_or_fail_where_required(tmp_path):
+    """A fresh clone without ../shared: the seed tests skip with one line naming ../shared/seeds; the full tier (CI) sets
+    HICACHE_SOURCE_DOCUMENTS=required and fails instead (tests/run)."""
+    import os
+    import subprocess
+    import sys
+
+    lone = tmp_path / "clone"
+    (lone / "tests").mkdir(parents=True)
+    for name in ("support.py", "seeds.py"):
+        (lone / "tests" / name).write_text((pathlib.Path(__file__).parent / name).read_text())
+    (lone / "tests" / "test_needs_documents.py").write_text("from support import source_documents\n\ndef test_it():\n    source_documents()\n")
+    env = {k: v for k, v in os.environ.items() if k != "HICACHE_SOURCE_DOCUMENTS"}
+    run = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "tests/test_needs_documents.py"]
+    skipped = subprocess.run(run, cwd=lone, env=env, capture_output=True, text=True)
+    assert skipped.returncode == 0 and "1 skipped" in skipped.stdout and "../shared/seeds" in skipped.stdout, skipped.stdout + skipped.stderr
+    failed = subprocess.run(run, cwd=lone, env={**env, "HICACHE_SOURCE_DOCUMENTS": "required"}, capture_output=True, text=True)
+    assert failed.returncode == 1 and "1 failed" in failed.stdout and "../shared/seeds" in failed.stdout, failed.stdout + failed.stderr
 
 
 OBSERVABILITY = [("--enable-cache-report", None), ("--enable-metrics", None)]
