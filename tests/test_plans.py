@@ -54,6 +54,17 @@ def test_the_public_files_are_every_file_without_a_secret_backed_up():
     json.dumps(plan)  # what set_fact keeps: plain data
 
 
+def test_files_are_backed_up_only_over_files_the_toolkit_did_not_write():
+    """#34: every change left a `run.sh.<pid>.<date>~` in cfg/ (11 after 5 changes), copied on into cfg.previous.
+    Once our installed.json is there, cfg.previous is the one previous config, and no backup is made."""
+    d = deployment("sglang_server")
+    installed = f"{d.cfg_dir}/installed.json"
+    ours = as_fact(sglang_server.server_plan(d, facts={**facts(), "files": {installed: '{"config_hash": "abc"}'}}))
+    assert ours["public_files"] and not any(f["backup"] for f in ours["public_files"])
+    for unknown in ({**facts(), "files": {installed: None}}, {**facts(), "files": {}}, None):  # absent, not read, no facts
+        assert all(f["backup"] for f in as_fact(sglang_server.server_plan(d, facts=unknown))["public_files"]), unknown
+
+
 def test_runtime_image_and_model_plans_read_the_host_facts():
     runtime = deployment("container_runtime", hicache_container_runtime="docker")
     assert container_runtime.runtime_plan(runtime, facts("docker", "nvidia-ctk")).missing == ""

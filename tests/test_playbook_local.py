@@ -55,6 +55,21 @@ def test_an_existing_script_is_backed_up_not_lost(base):
     assert [b.read_text() for b in backups] == ["#!/bin/sh\n# hand-made\n"]
 
 
+@pytest.mark.slow  # four site.yml runs
+def test_config_changes_leave_no_backup_clutter_beside_the_hand_made_one(base):
+    """#34: each change used to leave a backup of every changed file in cfg/. Only the first install, over files the
+    toolkit did not write, keeps one."""
+    (base / "cfg").mkdir(parents=True)
+    (base / "cfg/start.sh").write_text("#!/bin/sh\n# hand-made\n")
+    for port in (30001, 30002, 30003, 30004):
+        run = playbook(base, "-e", f"{{\"hicache_port\": {port}}}")  # JSON: an integer, as the inventory gives it
+        assert run.returncode == 0 and recap(run.stdout)["changed"] > 0, run.stdout
+        assert f"--port {port}" in (base / "cfg/start.sh").read_text()
+    backups = sorted(p.name for p in (base / "cfg").iterdir() if p.name.endswith("~"))
+    assert len(backups) == 1 and backups[0].startswith("start.sh."), backups
+    assert (base / "cfg" / backups[0]).read_text() == "#!/bin/sh\n# hand-made\n"
+
+
 @pytest.mark.slow  # a whole site.yml run (10-25 s)
 def test_check_mode_reports_and_changes_nothing(base):
     run = playbook(base, "--check", "--diff")

@@ -165,7 +165,9 @@ class ServerPlan:
     deployed: dict[str, Any]  # what deployed.json records once the server is healthy with these files
     deployed_name: str
     files: list[ServerFile]
-    public_files: list[dict[str, Any]]  # what hicache_files writes in one step: every file without a secret, backed up
+    # What hicache_files writes in one step: every file without a secret. Backed up only over files this toolkit did not
+    # write (no installed.json of ours yet: first_install): after that, cfg.previous is the one previous config.
+    public_files: list[dict[str, Any]]
     # The secret files this config has none of (removed: an old secret does not stay on the host).
     absent_secret_files: list[str]
     uring_fallback: bool
@@ -177,6 +179,13 @@ class ServerPlan:
     uring_requested: bool
     strict: bool
     cannot_run: str  # why no server can run here (no systemd, no container runtime); '' when it can, or without facts
+
+
+def first_install(d, facts: dict[str, Any] | None) -> bool:
+    """Whether cfg/ may hold files this toolkit did not write (an operator's own start.sh, kept as a backup when
+    replaced): true unless the host facts read our installed.json there. Without that read (no facts, or facts that
+    did not read the file) it is taken as true, so nothing of the operator's is lost."""
+    return not ((facts or {}).get("files") or {}).get(f"{d.cfg_dir}/{INSTALLED}")
 
 
 def with_uring_fallback(d, uring_fallback: bool):
@@ -199,7 +208,7 @@ def server_plan(d, uring_fallback: bool = False, facts: dict[str, Any] | None = 
     return ServerPlan(
         d.cfg_dir, d.cfg_dir.rstrip("/") + ".previous", json.loads(next(f.content for f in rendered if f.name == INSTALLED)),
         DEPLOYED, [ServerFile(f.name, f.shown, f.mode, f.secret) for f in rendered],
-        [{"path": f"{d.cfg_dir}/{f.name}", "content": f.content, "mode": f.mode, "owner": "root", "group": "root", "backup": True,
+        [{"path": f"{d.cfg_dir}/{f.name}", "content": f.content, "mode": f.mode, "owner": "root", "group": "root", "backup": first_install(d, facts),
           "label": f.name} for f in rendered if not f.secret],
         [f"{d.cfg_dir}/{name}" for name in (secrets.SECRETS_ENV, secrets.SERVER_SECRETS_FILE) if name not in {f.name for f in rendered}],
         bool(uring_fallback and asks_uring), {"name": unit.name, "content": unit.content},

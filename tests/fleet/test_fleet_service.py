@@ -57,6 +57,9 @@ def test_a_config_change_restarts_the_server_once_and_waits_for_it(served_fleet)
     restarts = served_fleet.ssh(host, "systemctl show --property=NRestarts --value sglang-hicache.service").stdout.strip()
     assert restarts == "0"
     assert "renamed" in served_fleet.ssh(host, "python3 -c \"import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:30000/v1/models').read().decode())\"").stdout
+    # the one previous config is kept for rollback, and no backup beside either (#34: one per change piled up)
+    listed = served_fleet.ssh(host, "ls -A /opt/sglang-hicache/cfg /opt/sglang-hicache/cfg.previous").stdout
+    assert "start.sh" in listed.split("cfg.previous:")[1] and not [n for n in listed.split() if n.endswith("~")], listed
 
 
 def test_a_server_that_never_becomes_healthy_fails_the_deploy_with_its_name(served_fleet):
