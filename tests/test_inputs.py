@@ -84,6 +84,11 @@ def test_a_router_and_a_server_on_one_port_of_one_machine_are_refused():
     assert not [f for f in fleet.check_routed({"gpu-a": d}, {"router-01": {}}, apart) if f.rule == "router-server-port"]
     assert not [f for f in fleet.check_routed({"gpu-a": d}, {"router-01": {"hicache_router_port": 30081}}, connections)
                 if f.rule == "router-server-port"]
+    # one address, two SSH ports: two machines behind it (test hosts, VMs, a NAT), as check_fleet counts them (#34)
+    behind_one_address = {"gpu-a": {"ansible_host": "127.0.0.1", "ansible_port": 2201}, "router-01": {"ansible_host": "127.0.0.1", "ansible_port": 2202}}
+    assert not [f for f in fleet.check_routed({"gpu-a": d}, {"router-01": {}}, behind_one_address) if f.rule == "router-server-port"]
+    same_port = {**behind_one_address, "router-01": {"ansible_host": "127.0.0.1", "ansible_port": 2201}}
+    assert [f.host for f in fleet.check_routed({"gpu-a": d}, {"router-01": {}}, same_port) if f.rule == "router-server-port"] == ["router-01"]
 
 
 def test_validate_refuses_a_router_on_a_servers_machine_and_port(tmp_path):

@@ -97,6 +97,15 @@ def test_a_loopback_server_on_a_remote_host_and_metrics_off_are_named(tmp_path):
     assert any("listens on 127.0.0.1 only" in n for n in notes) and any("hicache_enable_metrics is false" in n for n in notes)
     bound = build("gpu-02", {"hicache_image": "lmsysorg/sglang:v0.5.21", "hicache_model_path": "/m", "hicache_host": "fd00::7", "hicache_port": 8000})
     assert monitoring.server_target("prod", bound, {"ansible_host": "10.0.0.6"})[0].address == "[fd00::7]:8000"
+    # #34: the URL the routers reach a server at is where Prometheus scrapes it: two servers behind one ansible_host
+    # (another port each) are two targets, not one
+    behind = {"hicache_image": "lmsysorg/sglang:v0.5.21", "hicache_model_path": "/m", "hicache_host": "0.0.0.0"}
+    one = build("gpu-03", {**behind, "hicache_port": 30000, "hicache_worker_url": "http://gw.example.internal:31003"})
+    two = build("gpu-04", {**behind, "hicache_port": 30000, "hicache_worker_url": "https://gw.example.internal:31004/"})
+    reached = {"ansible_host": "10.0.0.7"}
+    targets = [monitoring.server_target("prod", d, reached)[0] for d in (one, two)]
+    assert [t.address for t in targets] == ["gw.example.internal:31003", "gw.example.internal:31004"]
+    assert "__scheme__" not in targets[0].labels and targets[1].labels["__scheme__"] == "https"
     assert monitoring.router_targets("prod") == []  # the hook: no routers group yet
     assert monitoring.file_sd(monitoring.router_targets("prod", {"r1": ("10.0.0.9", 30080)})) == [
         {"targets": ["10.0.0.9:30080"], "labels": {"inventory": "prod", "inventory_host": "r1"}}]
@@ -148,11 +157,20 @@ def test_alert_logic_on_synthetic_series(tmp_path, prometheus_installed):
         return shown
 
     grouped = {"instance": target["instance"], "inventory_host": target["inventory_host"]}
+    router = {"job": monitoring.ROUTER_JOB, "instance": "10.0.0.9:29000", "inventory": "prod", "inventory_host": "router-01"}
+    router_shown = {k: re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: router.get(m[1], ""), v)
+                    for k, v in rules["HiCacheRouterDown"]["annotations"].items()}
+    assert all(router["instance"] in v for v in router_shown.values())
     tests = [
         {"interval": "15s", "input_series": [series("up", "1 1 0x10")],
          "alert_rule_test": [{"eval_time": "30s", "alertname": "HiCacheServerDown", "exp_alerts": []},
                              {"eval_time": "2m", "alertname": "HiCacheServerDown",
                               "exp_alerts": [{"exp_labels": {**target, "severity": "critical"}, "exp_annotations": expected("HiCacheServerDown")}]}]},
+        # a router's metrics endpoint stops answering (#34: router alert rules)
+        {"interval": "15s", "input_series": [{"series": "up{" + ",".join(f'{k}="{v}"' for k, v in router.items()) + "}", "values": "1 1 0x10"}],
+         "alert_rule_test": [{"eval_time": "30s", "alertname": "HiCacheRouterDown", "exp_alerts": []},
+                             {"eval_time": "2m", "alertname": "HiCacheRouterDown",
+                              "exp_alerts": [{"exp_labels": {**router, "severity": "critical"}, "exp_annotations": router_shown}]}]},
         # 80% of prompt tokens from L3 for 75 minutes; then a restart with a new page size: no storage hit since.
         {"interval": "1m", "input_series": [
             series("sglang:prompt_tokens_total", "0+1000x75 0+1000x75", model_name="m", is_streaming="false"),

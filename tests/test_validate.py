@@ -169,6 +169,15 @@ def test_an_invalid_inventory_through_the_real_entry_point(tmp_path):
     assert cli_json("validate", "--inventory", str(inventory), check_rc=1)["ok"] is False
 
 
+def test_the_summary_counts_findings_as_they_are_printed(tmp_path):
+    """#34: one finding on both hosts is one printed line, and one error in the summary (it said 2)."""
+    inventory = make_inventory(tmp_path, {**VALID, "hicache_served_model_name": "m\nExecStartPre=/bin/id"})
+    proc = cli("validate", "--inventory", str(inventory), check_rc=1)
+    printed = [line for line in proc.stderr.splitlines() if "[control-character]" in line]
+    assert len(printed) == 1 and "gpu-a" in printed[0] and "gpu-b" in printed[0], proc.stderr
+    assert ", 1 error(s), 0 warning(s): invalid" in proc.stdout, proc.stdout
+
+
 def test_the_cases_are_distinct():
     assert len(CASES) >= 40
     assert len({(c[3], c[4]) for c in CASES}) >= 40

@@ -23,9 +23,11 @@ def validate(inventory: str = common.InventoryOpt, limit: str | None = common.Li
     if not json:
         common.print_findings(inv, findings)
         lines = [f"{rules.compact_hosts(hosts)}: {line}" for line, hosts in _grouped(namespaces, "line").items()]  # identical servers: one line
-        errors = sum(f.level == rules.ERROR for f in findings)
+        # counted as printed: a finding shared by many hosts is one line, and one error (#34: "4 errors" for 2 lines)
+        printed = rules.group_findings(findings)
+        errors = sum(f.level == rules.ERROR for f, _ in printed)
         routers = getattr(inv, "routers", None) or {}
-        lines.append(f"inventory {inv.name}: {common.counted(deployments, routers)}, {errors} error(s), {len(findings) - errors} warning(s)"
+        lines.append(f"inventory {inv.name}: {common.counted(deployments, routers)}, {errors} error(s), {len(printed) - errors} warning(s)"
                      + (": valid." if ok else ": invalid, nothing was deployed."))
     common.finish(common.EXIT_OK if ok else common.EXIT_INVALID, json,
                   {"inventory": inv.name, "path": str(inv.path), "ok": ok, "hosts": sorted(deployments),

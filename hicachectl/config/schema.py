@@ -257,7 +257,8 @@ VARIABLES: tuple[Var, ...] = (
     # --- the service -------------------------------------------------------------------------------
     _v("hicache_service_name", "str", "sglang-hicache", "systemd unit that runs the server (serve.sh).",
        domain=Domain("a systemd unit name without .service: letters, digits and _ . -, not starting with -", "sglang-hicache", "unit-name", pattern=UNIT_STEM)),
-    _v("hicache_serial", "int", 0, "Hosts per batch when a change rolls out (0: all at once); hicachectl passes it to the play. upgrade, restart and rollback take 1 when it is 0, and so does deploy with routers (the others serve meanwhile).", role="site", domain=NON_NEGATIVE),
+    _v("hicache_serial", "int", 0, "Hosts per batch when a change rolls out (0: all at once); hicachectl passes it to the play. upgrade, restart "
+       "and rollback take 1 when it is 0, and so does deploy with routers (the others serve meanwhile).", role="site", domain=NON_NEGATIVE),
     _v("hicache_max_fail_percentage", "int", 100, "A batch with more failed hosts than this stops the rollout (upgrade uses 0).", role="site", domain=PERCENT),
     _v("hicache_health_timeout", "int", 1800, "Seconds to wait for /health after a (re)start; big models load for 10+ minutes.", domain=Domain("seconds, at least 1", 1800, "range", low=1)),
     # --- SGLang: model and serving -------------------------------------------------------------

@@ -23,6 +23,7 @@ import dataclasses
 import ipaddress
 import json
 import re
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,6 +31,7 @@ import yaml
 
 from hicachectl.ops import verify
 from hicachectl.ops.metrics import SCHEDULER_ONCE, STORAGE_ONCE
+from hicachectl.plans import router
 
 SERVER_JOB = "hicache-sglang"
 ROUTER_JOB = "hicache-router"  # the hosts of group hicache_routers (their smg_* metrics)
@@ -103,22 +105,29 @@ def _is_local(inventory_host: str, connection: Mapping[str, Any]) -> bool:
 
 
 def server_target(inventory_name: str, d: Any, connection: Mapping[str, Any]) -> tuple[Target, list[str]]:
-    """Where Prometheus scrapes one server: the address it binds when that is a specific one, else the address
-    Ansible reaches the host at (ansible_host, else the inventory name), and the server's port."""
-    bind = d.effective_host
-    reached = str(connection.get("ansible_host") or d.inventory_host)
-    host = reached if bind in _WILDCARD or bind in _LOOPBACK else bind
+    """Where Prometheus scrapes one server: its hicache_worker_url when the inventory gives one (where the network
+    reaches it: the routers use it too; #34: two servers behind one ansible_host became one target); else the address
+    it binds when that is a specific one, else the address Ansible reaches the host at (ansible_host, else the
+    inventory name), and the server's port."""
+    labels = {"inventory": inventory_name, "inventory_host": d.inventory_host, "served_model": str(d.served_name),
+              "hicache_write_policy": verify.write_policy(d),
+              "hicache_storage_backend": d.storage_backend or "none"}
     notes = []
-    if bind in _LOOPBACK and not _is_local(d.inventory_host, connection):
-        notes.append(f"{d.inventory_host}: the server listens on {bind} only (hicache_host): a Prometheus on another machine "
-                     f"cannot scrape {_hostport(reached, d.effective_port)}; set hicache_host to 0.0.0.0 or the host's address.")
     if not d.enable_metrics:
         notes.append(f"{d.inventory_host}: hicache_enable_metrics is false: SGLang exports no sglang:* metrics, only `up` will be seen.")
     if not d.storage_backend:
         notes.append(f"{d.inventory_host}: no hicache_storage_backend: the L3 panels and alerts stay empty for it.")
-    labels = {"inventory": inventory_name, "inventory_host": d.inventory_host, "served_model": str(d.served_name),
-              "hicache_write_policy": verify.write_policy(d),
-              "hicache_storage_backend": d.storage_backend or "none"}
+    if d.worker_url:
+        url = urllib.parse.urlsplit(router.normalize(d.worker_url))
+        if url.scheme == "https":
+            labels["__scheme__"] = "https"  # file_sd: a target group's own scheme (Prometheus' relabelling input)
+        return Target(url.netloc, labels), notes
+    bind = d.effective_host
+    reached = str(connection.get("ansible_host") or d.inventory_host)
+    host = reached if bind in _WILDCARD or bind in _LOOPBACK else bind
+    if bind in _LOOPBACK and not _is_local(d.inventory_host, connection):
+        notes.insert(0, f"{d.inventory_host}: the server listens on {bind} only (hicache_host): a Prometheus on another machine "
+                     f"cannot scrape {_hostport(reached, d.effective_port)}; set hicache_host to 0.0.0.0 or the host's address.")
     return Target(_hostport(host, d.effective_port), labels), notes
 
 
@@ -250,6 +259,18 @@ def alert_rules(down_for: str = "1m") -> dict[str, Any]:
                             "humanizePercentage }}, under half of what it was an hour ago. After a change this is most "
                             "often a new page size or served model name (every L3 key changes), a new storage path, or an "
                             "unmounted tier; run `hicachectl verify --l3`."}},
+        # The routers' own job (targets/router.json): only `up`, Prometheus' own series, is judged here; what a router
+        # thinks of its workers, `hicachectl verify` and `status` ask the router itself.
+        {"alert": "HiCacheRouterDown",
+         "expr": f'up{{job="{ROUTER_JOB}"}} == 0',
+         "for": down_for,
+         "labels": {"severity": "critical"},
+         "annotations": {
+             "summary": "SGLang router {{ $labels.inventory_host }} ({{ $labels.instance }}) is down",
+             "description": "Prometheus cannot scrape the router's metrics at {{ $labels.instance }} (inventory host "
+                            "{{ $labels.inventory_host }}) for " + down_for + ": clients sent to it get no answer. Run "
+                            "`hicachectl status -i {{ $labels.inventory }}` and read the router's journal on the host "
+                            "(`journalctl -u sglang-router`, or its hicache_router_service_name)."}},
     ]
     return {"groups": [{"name": "hicache", "rules": rules}]}
 

@@ -6,8 +6,8 @@ SGLang, NIXL, the storage and the host impose on the combination. Each finding n
 the variable, the rule and the fix.
 
 Where each family lives:
-  findings.py   Finding, the collector the rules write to, the `rule` registry and `check_deployment`
-  output.py     fleet-sized output: `group_findings`, `compact_hosts`
+  findings.py   Finding, the collector the rules write to, the `rule` registry, `check_deployment`, `group_findings`
+  output.py     fleet-sized output: `compact_hosts` (host names folded into numbered runs)
   variables.py  pass 1: types, choices, domains, pasted and control characters, required variables
   sglang.py     pass 2, SGLang's command line: image, model, version, served name, GPUs, chunked prefill,
                 host pool, io backend x layout, extra args and managed flags, service, extra config
@@ -15,7 +15,7 @@ Where each family lives:
   tiers.py      pass 2, the tiers as a whole: dynamic (ADP) backend, L3 namespace, host pool and workload sizing
   storage.py    pass 2, the L3 mount: VAST and NetApp, remoteports, nconnect
   fleet.py      across hosts: one machine twice, shared L3 tiers, servers behind routers
-  hicachectl/config/secrets.py  pass 2's last rule: secret keys and env-file values
+  config/secrets.py  pass 2's last rule: secret keys and env-file values
 """
 
 from __future__ import annotations

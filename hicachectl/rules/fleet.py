@@ -142,13 +142,14 @@ def _router_ports(variables: Mapping[str, Any]) -> dict[int, str]:
 
 def check_router_clash(deployments: Mapping[str, Any], routers: Mapping[str, Mapping[str, Any]],
                        connections: Mapping[str, Mapping[str, Any]] | None = None) -> list[Finding]:
-    """A router host and a server host that Ansible reaches at one machine (the same address, or both local) cannot
-    both listen on one port: the second to start fails to bind (sglang-router's --port/--prometheus-port, SGLang's
-    --port). Refused on the router host, naming the server."""
-    def machine(host: str, variables: Mapping[str, Any]) -> str:
+    """A router host and a server host that are one machine cannot both listen on one port: the second to start fails
+    to bind (sglang-router's --port/--prometheus-port, SGLang's --port). Refused on the router host, naming the server.
+    One machine is what check_fleet calls one: the same address and SSH port (or both local). Two SSH ports on one
+    address are two machines behind one address (containers, VMs, a NAT), each binding its own ports (#34)."""
+    def machine(host: str, variables: Mapping[str, Any]) -> tuple[str, str]:
         connection = {k: v for k, v in variables.items() if k.startswith("ansible_")}
         connection.update((connections or {}).get(host) or {})
-        return _machine(host, connection)[0]  # the SSH port is how Ansible gets in, not what the services bind
+        return _machine(host, connection)
 
     servers: dict[str, list[tuple[str, int]]] = {}
     for host, d in deployments.items():
