@@ -126,3 +126,22 @@ def test_init_names_routers_and_addresses_and_what_to_fill_in(tmp_path):
     assert yaml.safe_load((ROOT / "inventories/vast/group_vars/all.yml").read_text())["hicache_l3_namespace"] == "off"  # the profile keeps it
     both = cli("init", "--profile", "vast", "--hosts", "a", "--routers", "a", "--out", str(tmp_path / "x"))
     assert both.returncode == 2 and "a server or a router" in both.stderr
+
+
+def test_init_takes_user_address_and_port_for_each_host(tmp_path):
+    """#34: test hosts and NAT'd machines are reached at an SSH port of their own, often as another user."""
+    out = tmp_path / "bed"
+    cli("init", "--profile", "local", "--hosts", "gpu-1=root@127.0.0.1:2201,gpu-2=127.0.0.2:2202,gpu-3=ops@[fd00::3]:2203,gpu-4=fd00::4",
+        "--routers", "rt-1=root@127.0.0.1:2209", "--out", str(out), check_rc=0)
+    hosts = yaml.safe_load((out / "hosts.yml").read_text())["all"]["children"]
+    assert hosts["hicache_servers"]["hosts"] == {
+        "gpu-1": {"ansible_host": "127.0.0.1", "ansible_user": "root", "ansible_port": 2201},
+        "gpu-2": {"ansible_host": "127.0.0.2", "ansible_port": 2202},
+        "gpu-3": {"ansible_host": "fd00::3", "ansible_user": "ops", "ansible_port": 2203},
+        "gpu-4": {"ansible_host": "fd00::4"}}
+    assert hosts["hicache_routers"]["hosts"] == {"rt-1": {"ansible_host": "127.0.0.1", "ansible_user": "root", "ansible_port": 2209}}
+    found = cli_json("validate", "-i", str(out), check_rc=None)["findings"]  # (the local profile's loopback server is no router's worker)
+    assert not [f for f in found if f["rule"] in ("router-server-port", "duplicate-host")], found  # behind 127.0.0.1: other machines
+    for bad in ("gpu-1=root@127.0.0.1:0", "gpu-1=127.0.0.1:ssh", "gpu-1=@127.0.0.1", "gpu-1=[fd00::1]x"):
+        refused = cli("init", "--profile", "local", "--hosts", bad, "--out", str(tmp_path / "no"))
+        assert refused.returncode == 2 and "gpu-1=" in refused.stderr and not (tmp_path / "no").exists(), (bad, refused.stderr)

@@ -5,6 +5,7 @@ does, for the operator's Prometheus and Grafana). Each reads the inventory throu
 from __future__ import annotations
 
 import pathlib
+from typing import Any
 
 import typer
 
@@ -176,8 +177,9 @@ def _clear_out(out: pathlib.Path, files: dict[str, list[str]], force: bool) -> N
 
 
 def init(profile: str = typer.Option(..., help="One of the shipped inventories: vast, netapp, adp, local."),
-         hosts: str = typer.Option(..., help="Comma-separated server names; NAME=ADDRESS sets its ansible_host."),
-         routers: str = typer.Option("", "--routers", help="Comma-separated router hosts (group hicache_routers); NAME=ADDRESS sets its ansible_host."),
+         hosts: str = typer.Option(..., help="Comma-separated server names; NAME=[USER@]ADDRESS[:PORT] sets its ansible_host, "
+                                   "ansible_user and ansible_port ([ADDRESS]:PORT for IPv6)."),
+         routers: str = typer.Option("", "--routers", help="Comma-separated router hosts (group hicache_routers), as --hosts names them."),
          out: pathlib.Path = typer.Option(..., help="New inventory directory.")) -> None:
     """Start a new inventory from a profile, and say which of its values are placeholders to fill in."""
     from hicachectl.cli import scaffold
@@ -202,14 +204,40 @@ def init(profile: str = typer.Option(..., help="One of the shipped inventories: 
     typer.echo(f"next: edit {out}/group_vars/all.yml, then `hicachectl validate -i {name}`.")
 
 
-def _named(text: str) -> dict[str, str | None]:
-    """"a,b=10.0.0.2" -> {"a": None, "b": "10.0.0.2"}: host names, each with its ansible_host when given."""
-    out: dict[str, str | None] = {}
+def _named(text: str) -> dict[str, dict[str, Any]]:
+    """"a,b=10.0.0.2,c=ops@[fd00::3]:2222" -> {"a": {}, "b": {"ansible_host": "10.0.0.2"}, "c": {"ansible_user": "ops",
+    "ansible_host": "fd00::3", "ansible_port": 2222}}: host names, each with how SSH reaches it when given."""
+    out: dict[str, dict[str, Any]] = {}
     for word in (w.strip() for w in text.split(",")):
         if word:
-            name, _, address = word.partition("=")
-            out[name.strip()] = address.strip() or None
+            name, _, where = word.partition("=")
+            out[name.strip()] = _connection(name.strip(), where.strip())
     return out
+
+
+def _connection(name: str, where: str) -> dict[str, Any]:
+    """[USER@]ADDRESS[:PORT] as Ansible's connection variables; [ADDRESS]:PORT for IPv6 (a bare IPv6 has no port)."""
+    if not where:
+        return {}
+    user, _, address = where.rpartition("@")
+    port = None
+    if address.startswith("["):
+        address, _, rest = address[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else (rest or None)
+        if rest and not rest.startswith(":"):
+            raise common.usage(f"--hosts {name}={where}: after [ADDRESS] comes :PORT.")
+    elif address.count(":") == 1:
+        address, _, port = address.partition(":")
+    if not address or (user == "" and "@" in where):
+        raise common.usage(f"--hosts {name}={where}: give [USER@]ADDRESS[:PORT].")
+    found: dict[str, Any] = {"ansible_host": address}
+    if user:
+        found["ansible_user"] = user
+    if port is not None:
+        if not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise common.usage(f"--hosts {name}={where}: the SSH port {port!r} is not a number from 1 to 65535.")
+        found["ansible_port"] = int(port)
+    return found
 
 
 def _place_hosts(hosts_file: pathlib.Path, servers: dict, routers: dict) -> None:
@@ -223,14 +251,14 @@ def _place_hosts(hosts_file: pathlib.Path, servers: dict, routers: dict) -> None
     header = "".join(line + "\n" for line in text.splitlines() if line.startswith(("---", "#")))
     inventory = yaml.safe_load(text)
     children = inventory["all"]["children"]
-    for name, address in servers.items():
-        if address:
-            children["hicache_servers"]["hosts"][name] = {**(children["hicache_servers"]["hosts"][name] or {}), "ansible_host": address}
+    for name, connection in servers.items():
+        if connection:
+            children["hicache_servers"]["hosts"][name] = {**(children["hicache_servers"]["hosts"][name] or {}), **connection}
     if routers:
         bad = [h for h in routers if not scaffold._HOST_NAME.match(h)]
         if bad:
             raise common.usage(f"--routers: not a host name: {', '.join(map(repr, bad))}.")
-        children["hicache_routers"] = {"hosts": {h: ({"ansible_host": a} if a else None) for h, a in routers.items()}}
+        children["hicache_routers"] = {"hosts": {h: (connection or None) for h, connection in routers.items()}}
     hosts_file.write_text(header + yaml.safe_dump(inventory, sort_keys=False))
 
 
