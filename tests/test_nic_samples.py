@@ -80,18 +80,42 @@ def test_ofed_sets_rdma_cm_s_default_tos_to_the_dscp_of_the_pfc_priority(tmp_pat
 
 def test_irqs_are_pinned_one_cpu_each_round_robin_after_irqbalance_is_stopped(tmp_path):
     root = sample(tmp_path, "ofed-mlx5")
-    _, report = program(root, "--check-json", routed())
+    pinned = routed(nic_irq_affinity=True)  # asked for: the default leaves IRQs and irqbalance as found (#34)
+    _, report = program(root, "--check-json", pinned)
     whats = [c["what"] for c in report["changes"]]
     irqbalance = next(c for c in report["changes"] if c["what"] == "irqbalance")
-    assert irqbalance["apply"] == ["systemctl", "disable", "--now", "irqbalance.service"]
+    assert irqbalance["apply"] == ["irqbalance", "stop", nic_tuning.IRQBALANCE_MARKER]  # systemctl disable --now, below
     assert whats.index("irqbalance") < whats.index("ens1f0np0 irq 101")  # stopped before the pins, or it undoes them
     pins = {c["what"]: c["wanted"] for c in report["changes"] if " irq " in c["what"]}
     # msi_irqs 100-104 on CPUs 0-3: the first vector (async events) left out as set_irq_affinity_cpulist.sh does
     assert {k: v for k, v in pins.items() if k.startswith("ens1f0np0")} == {
         "ens1f0np0 irq 101": "0", "ens1f0np0 irq 102": "1", "ens1f0np0 irq 103": "2", "ens1f0np0 irq 104": "3"}
-    program(root, "--apply-json", routed())
+    program(root, "--apply-json", pinned)
     assert (root[0] / "proc/irq/102/smp_affinity_list").read_text() == "1"
     assert (root[0] / "proc/irq/100/smp_affinity_list").read_text() == "0-63\n"
+
+
+def test_irqbalance_is_left_as_found_unless_pinning_is_asked_and_given_back_when_it_is_turned_off(tmp_path):
+    """#34: irqbalance was stopped and disabled host-wide by default, and nothing started it again when
+    hicache_nic_irq_affinity was later set false. A stand-in systemctl records what the program asks of systemd."""
+    root, tool = sample(tmp_path, "ofed-mlx5")
+    log = tmp_path / "systemctl.log"
+    (python_only(tmp_path) / "systemctl").write_text(f"#!/bin/sh\necho \"$*\" >> {log}\n")
+    (python_only(tmp_path) / "systemctl").chmod(0o755)
+    marker = root / nic_tuning.IRQBALANCE_MARKER.lstrip("/")
+    _, report = program((root, tool), "--apply-json", routed())  # the default: irqbalance (running here) as found
+    assert not [c for c in report["changes"] if c["what"] == "irqbalance" or " irq " in c["what"]] and not log.exists() and not marker.exists()
+    _, report = program((root, tool), "--apply-json", routed(nic_irq_affinity=True))  # asked for: stopped, and recorded
+    assert "irqbalance" in report["applied"] and log.read_text().splitlines() == ["disable --now irqbalance.service"] and marker.is_file()
+    (root / "proc/1234/comm").unlink()  # what systemd's stop does (the stand-in stops nothing)
+    _, pinned = program((root, tool), "--check-json", routed(nic_irq_affinity=True))
+    assert not [c for c in pinned["changes"] if c["what"] == "irqbalance"]  # stopped: nothing to do
+    _, report = program((root, tool), "--apply-json", routed())  # turned off: the irqbalance it stopped comes back
+    assert "irqbalance" in report["applied"] and log.read_text().splitlines()[-1] == "enable --now irqbalance.service"
+    assert not marker.exists()
+    (root / "proc/1234/comm").write_text("irqbalance\n")
+    _, again = program((root, tool), "--check-json", routed())
+    assert not [c for c in again["changes"] if c["what"] == "irqbalance"]  # given back once, then as found
 
 
 ETHTOOL_G = "Ring parameters for {port}:\nPre-set maximums:\nRX:\t\t8192\nRX Mini:\tn/a\nRX Jumbo:\tn/a\nTX:\t\t8192\n" \
@@ -104,7 +128,7 @@ def test_rings_change_only_where_they_differ_and_say_they_reopen_the_queues(tmp_
     bin_dir = python_only(tmp_path)
     (bin_dir / "ethtool").write_text(f"#!/bin/sh\nprintf '{ETHTOOL_G.format(port='$2', rx=rx)}'\n")
     (bin_dir / "ethtool").chmod(0o755)
-    _, report = program((root, tool), "--check-json", routed())
+    _, report = program((root, tool), "--check-json", routed(nic_rings=8192))
     rings = [c for c in report["changes"] if c["what"].endswith(" rings")]
     assert [c["what"] for c in rings] == (["ens1f0np0 rings", "ens1f1np1 rings"] if differs else [])
     assert all(c["note"] == "reopens the port's queues (traffic on it pauses for a moment)" for c in rings)
@@ -187,7 +211,7 @@ def test_a_hung_tool_is_cut_off(tmp_path):
     root = tmp_path / "host"
     (root / "sys/class/net/enp1s0").mkdir(parents=True)
     (root / "sys/class/net/enp1s0/mtu").write_text("9000\n")
-    config = {**routed(), "interfaces": ["enp1s0"], "tool_timeout": 1}
+    config = {**routed(nic_rings=8192), "interfaces": ["enp1s0"], "tool_timeout": 1}
     env = {**os.environ, "HICACHE_SYSFS_ROOT": str(root), "PATH": f"{bin_dir}:/usr/bin:/bin"}
     proc = subprocess.run([sys.executable, str(PROGRAM), "--check-json", json.dumps(config)], env=env, capture_output=True, text=True, timeout=20)
     reasons = {u["what"]: u["reason"] for u in json.loads(proc.stdout)["unavailable"]}

@@ -98,10 +98,13 @@ def test_null_is_taken_by_validate_where_the_catalogue_takes_it():
 
 
 def test_value_in_keeps_a_null_that_leaves_the_setting_and_defaults_the_rest():
-    rings, mtu, channels = (schema.BY_NAME[n] for n in ("hicache_nic_rings", "hicache_nic_mtu", "hicache_nic_channels"))
-    assert schema.value_in({}, rings) == 8192  # not set: the default
-    assert schema.value_in({"hicache_nic_rings": None}, rings) is None  # null: left as it is
-    assert schema.value_in({"hicache_nic_rings": 4096}, rings) == 4096
+    # hicache_nic_roce_dscp: a setting with a real default that null leaves (hicache_nic_rings was the example until its
+    # default became None, #34)
+    dscp, mtu, channels = (schema.BY_NAME[n] for n in ("hicache_nic_roce_dscp", "hicache_nic_mtu", "hicache_nic_channels"))
+    assert schema.value_in({}, dscp) == 26  # not set: the default
+    assert schema.value_in({"hicache_nic_roce_dscp": None}, dscp) is None  # null: left as it is
+    assert schema.value_in({"hicache_nic_roce_dscp": 10}, dscp) == 10
+    assert schema.value_in({"hicache_nic_rings": None}, schema.BY_NAME["hicache_nic_rings"]) is None  # its default: left
     assert schema.value_in({"hicache_nic_mtu": None}, mtu) == 9000  # validate refuses it; the default if it got here
     assert schema.value_in({"hicache_nic_channels": None}, channels) is None and schema.value_in({}, channels) is None
     assert schema.value_in({}, schema.BY_NAME["hicache_image"]) is None  # required: no default
@@ -109,8 +112,8 @@ def test_value_in_keeps_a_null_that_leaves_the_setting_and_defaults_the_rest():
 
 def test_the_spec_keeps_the_real_default_and_says_the_type():
     options = spec_options("nic_tuning")
-    assert options["hicache_nic_rings"]["default"] == 8192 and options["hicache_nic_qos_trust"]["default"] == "dscp"
-    assert options["hicache_nic_rings"]["type"] == "raw" and "Type: int, or null." in options["hicache_nic_rings"]["description"]
+    assert options["hicache_nic_roce_dscp"]["default"] == 26 and options["hicache_nic_qos_trust"]["default"] == "dscp"
+    assert options["hicache_nic_roce_dscp"]["type"] == "raw" and "Type: int, or null." in options["hicache_nic_roce_dscp"]["description"]
     assert options["hicache_nic_qos_trust"]["choices"] == ["dscp", "pcp", None]
     assert options["hicache_nic_mtu"]["type"] == "int"  # a variable without a null of its own keeps Ansible's type check
     assert ansible_errors("nic_tuning", {"hicache_nic_qos_trust": "cos"})  # the choices still hold for a value

@@ -415,7 +415,8 @@ VARIABLES: tuple[Var, ...] = (
        domain=Domain("interface names", ["ens1f0np0"], "interface-name",
               items=Domain("an interface name: up to 15 letters, digits and _ . @ + -", "ens1f0np0", "interface-name", pattern=_INTERFACE.pattern), item_types=("str",))),
     _v("hicache_nic_mtu", "int", 9000, "MTU (jumbo frames end to end for NFS over RDMA).", role="nic_tuning", domain=Domain("an MTU ConnectX ports take, 576-9978", 9000, "range", low=576, high=9978)),
-    _v("hicache_nic_rings", "int", 8192, "RX and TX ring size (ethtool -G), capped at the NIC's maximum; None leaves them.", role="nic_tuning", nullable=True,
+    _v("hicache_nic_rings", "int", None, "RX and TX ring size (ethtool -G), capped at the NIC's maximum; None (the default) leaves them: "
+       "NFS over RDMA does not use the Ethernet rings, and changing them reopens the port's queues.", role="nic_tuning",
        domain=Domain("an integer from 1 to 65536", 8192, "range", low=1, high=65536)),
     _v("hicache_nic_channels", "int", None, "Combined channels (ethtool -L); None leaves them.", role="nic_tuning", domain=POSITIVE),
     _v("hicache_nic_qos_trust", "str", "dscp", "RoCE QoS trust state (mlnx_qos --trust); None leaves it.", choices=("dscp", "pcp"), role="nic_tuning", nullable=True),
@@ -429,7 +430,9 @@ VARIABLES: tuple[Var, ...] = (
        "is set to DSCP << 2, as xprtrdma sets none; with trust dscp the default map sends DSCP d to priority d >> 3 (26 -> 3). "
        "None leaves it.", role="nic_tuning", nullable=True,
        domain=Domain("a DSCP 0-63", 26, "range", low=0, high=63)),
-    _v("hicache_nic_irq_affinity", "bool", True, "Pin the NIC's IRQs to the CPUs of its NUMA node.", role="nic_tuning"),
+    _v("hicache_nic_irq_affinity", "bool", False, "Pin the NIC's IRQs to the CPUs of its NUMA node, with irqbalance stopped and disabled "
+       "(it rewrites pinned affinities). false (the default) leaves irqbalance as found, and starts again one this toolkit stopped.",
+       role="nic_tuning"),
     _v("hicache_nic_max_read_request", "int", None, "PCIe MaxReadReq in bytes (128-4096, a power of two); None leaves it.", role="nic_tuning", choices=(128, 256, 512, 1024, 2048, 4096)),
     _v("hicache_nic_cpu_governor", "str", "performance", "CPU frequency governor; None leaves it.", role="nic_tuning", nullable=True,
        choices=("performance", "powersave", "ondemand", "conservative", "schedutil", "userspace")),

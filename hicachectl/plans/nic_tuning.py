@@ -15,6 +15,8 @@ UNIT = "hicache-nic-tuning.service"
 
 SELECTION_FILE = "/var/lib/hicache/nic-ports.json"  # the ports found at the last run, for the boot run (no routes yet)
 UDEV_RULE = "/etc/udev/rules.d/90-hicache-nic-tuning.rules"
+# Written when the program stopped irqbalance for IRQ pinning, so that turning the pinning off gives irqbalance back.
+IRQBALANCE_MARKER = "/var/lib/hicache/irqbalance-stopped"
 TOOL_TIMEOUT = 10  # seconds per tool the program runs; the unit's TimeoutStartSec bounds the whole run
 START_TIMEOUT = 120
 
@@ -73,6 +75,7 @@ def desired(d) -> dict:
         # ToS = DSCP << 2 (the two low bits are ECN's, set by the NIC): configfs-rdma_cm's default_roce_tos
         "roce_tos": d.nic_roce_dscp << 2 if d.nic_roce_dscp is not None else None,
         "irq_affinity": d.nic_irq_affinity,
+        "irqbalance_marker": IRQBALANCE_MARKER,
         "max_read_request": d.nic_max_read_request,
         "cpu_governor": d.nic_cpu_governor,
         "left": left_alone(d),  # null: neither set nor checked; the program's report names each (`left`)
