@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 import re
 
 import pytest
@@ -134,6 +135,46 @@ def test_extra_args_that_change_the_page_bytes_change_the_namespace_and_the_hash
     before = namespace.of(base)
     monkeypatch.setattr(namespace, "COMPONENTS", tuple((field, words.upper()) for field, words in namespace.COMPONENTS))
     assert namespace.of(base) == before  # display words are not hashed: rewording never empties a fleet's cache
+
+
+def test_an_mla_models_keys_hold_no_tp_size_so_tp_keeps_no_two_servers_apart():
+    """#34: SGLang 0.5.23 keys an MLA model's pages `_{model}` plus PP/CP suffixes in HiCacheFile (hicache_storage.py,
+    config_suffix) and `_{model}` in NIXL (hicache_nixl.py): TP size is no key. Two MLA servers of another TP size and
+    KV dtype in one directory were called safe, and read each other's pages."""
+    configs = pathlib.Path(__file__).parent / "model_configs"
+    base = {"l3_namespace": "off", "l3_share": "nvme-pool"}
+    for mla, config in ((True, "deepseek-v3.json"), (False, "llama-3.1-8b-instruct.json")):
+        a = deployment("local", model_config=str(configs / config), **base)
+        b = deployment("local", model_config=str(configs / config), tp_size=2, kv_cache_dtype="fp8_e4m3", **base)
+        errors = [f for f in rules.check_shared_tiers({"a": a, "b": b}) if f.level == rules.ERROR]
+        if mla:
+            assert [(f.host, f.rule) for f in errors] == [("b", "l3-shared-format")] and "for an MLA model" in errors[0].message
+            assert "KV dtype auto vs fp8_e4m3" in errors[0].message
+        else:
+            assert errors == [] and rules.check_shared_tiers({"a": a, "b": b}) == []  # GQA: TP size is in the keys
+    # without the model's config.json validate cannot tell: a warning naming the variable that lets it
+    a, b = deployment("local", **base), deployment("local", tp_size=2, kv_cache_dtype="fp8_e4m3", **base)
+    [warning] = rules.check_shared_tiers({"a": a, "b": b})
+    assert (warning.level, warning.rule, warning.variable) == (rules.WARNING, "l3-shared-format-mla", "hicache_model_config")
+    # what the keys hold, by backend and attention type; decode context parallel keys TP in the file backend again
+    assert "TP size" not in namespace.keyed("file", mla=True) and "PP size" in namespace.keyed("file", mla=True)
+    assert "TP size" not in namespace.keyed("nixl", mla=True) and "TP size" in namespace.keyed("nixl", mla=False)
+    assert "TP size" not in namespace.keyed("file", mla=None)  # not known: not taken for a key
+    assert "TP size" in namespace.keyed("file", mla=True, dcp=True) and "TP size" not in namespace.keyed("nixl", mla=True, dcp=True)
+    dcp = {"extra_args": ["--dcp-size", "2"]}
+    assert namespace.dcp_size(deployment("local", **dcp)) == 2 and namespace.dcp_size(deployment("local", extra_args=["--dcp-size=4"])) == 4
+    assert namespace.collisions(deployment("local", **base, **dcp), deployment("local", **base, tp_size=2, kv_cache_dtype="fp8_e4m3", **dcp),
+                                mla=True) == []  # the DCP suffix holds the TP size
+
+
+def test_the_unified_key_scheme_flag_is_refused_naming_why():
+    """#34: nothing refused --hicache-storage-key-scheme in hicache_extra_args; SGLang 0.5.23's parser has no such
+    option (server_args.py), and the toolkit's rules model only the rank-suffix keys."""
+    for args in (["--hicache-storage-key-scheme", "unified"], ["--hicache-storage-key-scheme=unified"]):
+        _, findings = rules.check_host("gpu-01", {**deployment("local").as_vars(), "hicache_extra_args": args})
+        refused = [f for f in findings if f.level == rules.ERROR]
+        assert [(f.variable, f.rule) for f in refused] == [("hicache_extra_args[0]", "incompatible-flag")], refused
+        assert "no such option" in refused[0].message and "remove --hicache-storage-key-scheme" in refused[0].fix
 
 
 def _built(name: str, **overrides):

@@ -134,12 +134,14 @@ def differences(a, b) -> list[str]:
     return found
 
 
-# What SGLang's own keys hold, by backend: the page hash chain starts from the model name and the page size, and
-# the backend adds a suffix (sglang 0.5.23, python/sglang/srt/mem_cache/storage/):
+# What SGLang's own keys hold, by backend and attention type: the page hash chain starts from the model name and the
+# page size, and the backend adds a suffix (sglang 0.5.23, python/sglang/srt/mem_cache/):
 #   file  `<hash>[.<pool>]_<served name>_<tp_rank>_<tp_size>[_<pp>_<rank>][_cp<r>_<s>].bin` (hicache_storage.py,
-#         HiCacheFile): TP, PP and attention CP are keyed;
-#   nixl  `_{model}_{tp_rank}_{tp_size}` only (nixl/hicache_nixl.py, tp_config_suffix): PP and CP ranks are not, so
-#         rules/nixl.py refuses PP > 1 and attention CP > 1 with it;
+#         HiCacheFile): TP, PP and attention CP are keyed; for an MLA model the KV is replicated across TP ranks
+#         and the suffix is `_<served name>[_<pp>_<rank>][_cp<r>_<s>]` (config_suffix): TP is not keyed, unless
+#         decode context parallel (--dcp-size > 1) adds `_tp<tp_size>_dcp<r>_<s>_page<n>` to every key;
+#   nixl  `_{model}_{tp_rank}_{tp_size}` only (storage/nixl/hicache_nixl.py, tp_config_suffix), `_{model}` for an MLA
+#         model (config_suffix): PP and CP ranks are not keyed, so rules/nixl.py refuses PP > 1 and attention CP > 1;
 #   any other backend: its own scheme, unknown here, so only what the hash chain holds counts.
 # Servers differing in one of these never read each other's pages, even in one directory; servers of different
 # backends neither (a .bin file is not a bucket directory's page).
@@ -150,18 +152,37 @@ KEYED_BY_BACKEND = {
 }
 
 
-def keyed(backend: str | None) -> tuple[str, ...]:
-    """What `backend`'s own keys hold (the words of COMPONENTS)."""
-    return KEYED_BY_BACKEND.get(backend or "", _CHAIN)
+def dcp_size(d) -> int:
+    """--dcp-size in hicache_extra_args (`--dcp-size N` or `--dcp-size=N`), 1 when not given or not a number."""
+    args = [str(a) for a in d.extra_args]
+    for i, arg in enumerate(args):
+        flag, _, value = arg.partition("=")
+        if flag == "--dcp-size":
+            value = value or (args[i + 1] if i + 1 < len(args) else "")
+            return int(value) if value.isdigit() else 1
+    return 1
 
 
-def collisions(a, b) -> list[str]:
+def keyed(backend: str | None, mla: bool | None = False, dcp: bool = False) -> tuple[str, ...]:
+    """What `backend`'s own keys hold (the words of COMPONENTS), for an MLA model or not. `mla` None (the attention
+    type is not known) counts as MLA: TP size is then not taken for a key. `dcp`: decode context parallel (file)."""
+    words = KEYED_BY_BACKEND.get(backend or "", _CHAIN)
+    if mla is not False and not (dcp and backend == "file"):
+        words = tuple(w for w in words if w != "TP size")
+    return words
+
+
+def collisions(a, b, mla: bool | None = False) -> list[str]:
     """How two servers writing into ONE directory would read each other's pages as their own: what differs in
-    their page format that SGLang's keys do not hold ([] when the keys themselves differ, or nothing does)."""
+    their page format that SGLang's keys do not hold ([] when the keys themselves differ, or nothing does).
+    `mla`: whether the model is MLA (None: not known, judged as MLA, where TP is not in the keys)."""
     left, right = components(a), components(b)
     if left["backend"] != right["backend"]:
         return []
-    if any(left[words] != right[words] for words in keyed(a.storage_backend)):
+    dcp = dcp_size(a) > 1 and dcp_size(a) == dcp_size(b)
+    if dcp_size(a) != dcp_size(b) and a.storage_backend == "file":
+        return []  # the DCP suffix keys the size: their files differ
+    if any(left[words] != right[words] for words in keyed(a.storage_backend, mla, dcp)):
         return []
     return [f"{words} {left.get(words, 'default')} vs {right.get(words, 'default')}"
             for words in dict.fromkeys([*left, *right]) if left.get(words, "default") != right.get(words, "default")]

@@ -63,11 +63,29 @@ def _documentation_hosts(hosts: Mapping[str, Mapping[str, Any]], connections: Ma
     return findings
 
 
+def _is_mla(d, known: dict[str, bool | None]) -> bool | None:
+    """Whether the host's model is MLA, from its config.json (hicache_model_config); None when validate cannot tell
+    (no config given, or one the tiers rule already refuses)."""
+    from hicachectl.config import sizing
+
+    if not d.model_config:
+        return None
+    if d.model_config not in known:
+        try:
+            known[d.model_config] = sizing.model_shape(sizing.load_config(d.model_config)).attention == "MLA"
+        except sizing.SizingError:
+            known[d.model_config] = None
+    return known[d.model_config]
+
+
 def check_shared_tiers(deployments: Mapping[str, Any]) -> list[Finding]:
     """Hosts that share an L3 tier (hicache_l3_share) and one directory of it (the same namespace, or the namespace
     off) read each other's pages. Two such servers whose page format differs in what SGLang's keys do not hold (KV
     dtype, memory layout, the weights behind one served name: sglang#33268) would read each other's pages as their
-    own: refused. Hosts of one tier in different namespaces share nothing: a warning."""
+    own: refused. What the keys hold depends on the backend and on the attention type (namespace.keyed: an MLA
+    model's keys hold no TP size): with the model's config.json (hicache_model_config) validate knows it; without,
+    servers that differ only in TP size besides such a difference are a warning. Hosts of one tier in different
+    namespaces share nothing: a warning."""
     from hicachectl.config import namespace
 
     tiers: dict[str, list[str]] = {}
@@ -75,6 +93,7 @@ def check_shared_tiers(deployments: Mapping[str, Any]) -> list[Finding]:
         if d is not None and d.l3_share and d.storage_backend is not None:
             tiers.setdefault(d.l3_share, []).append(host)
     findings = []
+    known: dict[str, bool | None] = {}
     for share, hosts in tiers.items():
         directories: dict[str | None, list[str]] = {}
         for host in hosts:
@@ -82,14 +101,25 @@ def check_shared_tiers(deployments: Mapping[str, Any]) -> list[Finding]:
         for name, together in directories.items():
             first = deployments[together[0]]
             for host in together[1:]:
-                clash = namespace.collisions(first, deployments[host])
+                where = f"namespace {name}" if name else "the tier itself (namespace off)"
+                mla = _is_mla(first, known) if _is_mla(first, known) is not None else _is_mla(deployments[host], known)
+                clash = namespace.collisions(first, deployments[host], mla=bool(mla) if mla is not None else False)
                 if clash:
-                    where = f"namespace {name}" if name else "the tier itself (namespace off)"
                     findings.append(Finding(
                         ERROR, host, "hicache_l3_namespace", "l3-shared-format",
                         f"writes into {where} on L3 tier {share} with {together[0]}, but their pages differ ({', '.join(clash)}) "
-                        "in what SGLang's keys do not hold: each would read the other's pages as its own.",
+                        f"in what SGLang's keys do not hold{' for an MLA model (no TP size)' if mla else ''}: each would read "
+                        "the other's pages as its own.",
                         "set hicache_l3_namespace: auto on the hosts of the tier (or make their page formats equal)."))
+                elif mla is None:
+                    unknown = namespace.collisions(first, deployments[host], mla=None)
+                    if unknown:
+                        findings.append(Finding(
+                            WARNING, host, "hicache_model_config", "l3-shared-format-mla",
+                            f"writes into {where} on L3 tier {share} with {together[0]}; their pages differ ({', '.join(unknown)}) and "
+                            "only the TP size keeps them apart, which an MLA model's keys do not hold (SGLang's file and NIXL "
+                            "backends): if the model is MLA, each would read the other's pages as its own.",
+                            "set hicache_model_config to the model's config.json (validate then knows), or hicache_l3_namespace: auto."))
         if len(directories) > 1:
             names = ", ".join(f"{name or 'off'} ({compact_hosts(together)})" for name, together in directories.items())
             for host in hosts:

@@ -170,6 +170,11 @@ _INCOMPATIBLE_FLAGS = {
     "--enable-lmcache": "LMCache and HiCache are exclusive; SGLang refuses the combination.",
     "--enable-int8-mamba-checkpoint": "SGLang refuses it together with HiCache.",
     "--enable-unified-cache-external-linker": "it is exclusive with --enable-hierarchical-cache.",
+    # sglang 0.5.23 ships mem_cache/hicache_key_scheme.py, whose docstring names this flag, but no server argument
+    # takes it (server_args.py): SGLang's parser refuses it. Its unified keys (`{page_hash}_{digest}_L{start}-{end}`)
+    # are not what the L3 namespace, `hicachectl l3` and the shared-tier rules read either.
+    "--hicache-storage-key-scheme": "SGLang 0.5.23's command line has no such option (its unified key scheme module is not wired "
+                                    "to it), and hicache-deploy's L3 rules know only the rank-suffix keys.",
 }
 
 
