@@ -2,7 +2,7 @@
 this machine's podman: pull, no-op re-run, a registry briefly down, a digest pin kept and refused, and a
 Docker Hub name (`hicache-tiny:v0.5.21`, i.e. docker.io/library/...) pinned by digest, pulled once, through
 `hicache_image_mirror` and through a docker.io mirror in registries.conf (Podman then reports
-`docker.io/library/hicache-tiny@sha256:...`, the spelling tests/test_image.py compares with Docker's)."""
+`docker.io/library/hicache-tiny@sha256:...`, the spelling tests/unit/plans/test_sglang_image.py compares with Docker's)."""
 
 from __future__ import annotations
 

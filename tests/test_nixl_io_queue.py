@@ -84,5 +84,5 @@ def test_nixl_refuses_two_io_queues_with_a_message_that_names_use_uring(nixl_ans
     _, log = nixl_answers
     line = next(line for line in log.splitlines() if "mutually exclusive" in line)
     assert "use_uring" in line
-    from test_uring_fallback import fallback_pattern
+    from helpers import fallback_pattern
     assert re.search(fallback_pattern(), line, re.IGNORECASE) is None, line

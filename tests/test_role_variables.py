@@ -12,8 +12,8 @@ import importlib.util
 
 import pytest
 import yaml
+from helpers import BARE, FULL
 from support import ROOT
-from test_preflight import BARE, FULL
 
 from hicachectl import rules
 from hicachectl.config import inventory, schema

@@ -1,7 +1,7 @@
 """The commands that look at hosts and change nothing (verify --l3 restarts the servers it proves): plan, doctor,
 status, verify. Each guards the inventory, runs its playbook, and hands what the hosts said to a pure judge
 (`doctor_verdict` and `verify_verdict` here, hicachectl.ops.status.judge_hosts) that gives every host's verdict, the
-lines to print and the exit code, tested without a host (tests/test_cli_judges.py).
+lines to print and the exit code, tested without a host (tests/unit/cli/test_judges.py).
 
 Exit codes, as DeepOps: 0 every check passed; 1 a check failed; 2 a host could not be checked (every judge's
 `exit_code`, hicachectl.cli.CHECK_EXIT_CODES).

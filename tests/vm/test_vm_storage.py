@@ -4,7 +4,7 @@ fstab and reboots, and a storage outage at boot. Every assertion reads what the 
 /sys/class/bdi/<maj:min>/read_ahead_kb, /proc/sys. The tests run in order on one pair of VMs (tests/vm/conftest.py).
 
 The vastnfs client's own options (remoteports, localports, spread_reads) cannot be mounted by the stock kernel: they are
-tested by their rules and rendering (tests/test_storage.py), not here; what localports needs of the kernel (reverse-path
+tested by their rules and rendering (tests/unit/plans/test_storage.py), not here; what localports needs of the kernel (reverse-path
 filtering off on the storage ports, before the mount) is tuned and read here.
 """
 

@@ -20,11 +20,11 @@ import textwrap
 import pytest
 import yaml
 from helpers import deployment
+from support import ROOT
 
 from hicachectl.plans import container_runtime, host_limits
 from hicachectl.plans.plan import as_fact
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 
 
@@ -76,7 +76,7 @@ def test_the_runtime_units_findings_are_judged_once_for_the_check_and_the_restar
 # unit -> properties; the MainPIDs are real processes started by the test with a known memlock.
 SYSTEMCTL_STANDIN = textwrap.dedent("""\
     #!/usr/bin/env python3
-    # Test stand-in for systemctl (tests/test_limits.py): `show -p NAME --value UNIT` from $HICACHE_TEST_UNITS.
+    # Test stand-in for systemctl (tests/unit/plans/test_host_limits.py): `show -p NAME --value UNIT` from $HICACHE_TEST_UNITS.
     import json, os, sys
     args = sys.argv[1:]
     assert args[0] == "show" and args[1] == "-p" and args[3] == "--value", args

@@ -3,14 +3,13 @@ the file and function behind each): the driver's own options by version, each mu
 
 from __future__ import annotations
 
-import pathlib
-
 import pytest
 from helpers import deployment
+from support import ROOT
 
 from hicachectl.plans import storage, storage_live
 
-SAMPLES = pathlib.Path(__file__).parent / "samples" / "vastnfs"
+SAMPLES = ROOT / "tests" / "samples" / "vastnfs"
 # The samples' mount: nconnect=4 over remoteports 192.0.2.1..4 from localports 192.0.2.101..102.
 MULTIPATH = {"storage_nconnect": 4, "storage_remoteports": "192.0.2.1-192.0.2.4", "storage_localports": ["192.0.2.101", "192.0.2.102"]}
 
@@ -110,7 +109,7 @@ def test_pnfs_in_use_is_a_granted_layout_not_only_the_layout_driver():
 def _filter():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("hicache_mount_state_under_test", pathlib.Path(__file__).parents[1] / "plugins/filter/hicache.py")
+    spec = importlib.util.spec_from_file_location("hicache_mount_state_under_test", ROOT / "plugins/filter/hicache.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.hicache_mount_state

@@ -6,8 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from helpers import deployment
-from test_metrics import server
+from helpers import deployment, server
 
 from hicachectl.config.deployment import uses_uring
 from hicachectl.ops import metrics, verify

@@ -10,20 +10,9 @@ tokenizer_metric_labels (model_name, engine_type) plus cache_source (lines 1804-
 from __future__ import annotations
 
 import pytest
+from helpers import server, storage
 
 from hicachectl.ops import metrics
-
-
-def storage(name, value, backend="file", tp=0, dp=0, pp=0, pp_size=1, cp=0, cp_size=1, **extra):
-    labels = {"storage_backend": backend, "tp_rank": tp, "dp_rank": dp, "pp_rank": pp, "pp_size": pp_size,
-              "attn_cp_rank": cp, "attn_cp_size": cp_size, **extra}
-    return name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "} " + f"{float(value)}\n"
-
-
-def server(name, value, tp_size=1, pp_size=1, cp_size=1, dp_size=1, per_dp=None):
-    """What one server exports: every TP x PP x attention-CP rank of every DP rank logs its DP rank's tokens."""
-    return "".join(storage(name, (per_dp or [value] * dp_size)[dp], tp=tp, dp=dp, pp=pp, pp_size=pp_size, cp=cp, cp_size=cp_size)
-                   for dp in range(dp_size) for pp in range(pp_size) for cp in range(cp_size) for tp in range(tp_size))
 
 
 @pytest.mark.parametrize("tp,pp,cp", [(1, 1, 1), (2, 1, 1), (1, 2, 1), (2, 2, 1), (1, 1, 2), (4, 2, 2)])

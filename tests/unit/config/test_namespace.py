@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import pathlib
 import re
 
 import pytest
 from helpers import deployment, rendered
+from support import ROOT
 
 from hicachectl import rules
 
@@ -141,7 +141,7 @@ def test_an_mla_models_keys_hold_no_tp_size_so_tp_keeps_no_two_servers_apart():
     """#34: SGLang 0.5.23 keys an MLA model's pages `_{model}` plus PP/CP suffixes in HiCacheFile (hicache_storage.py,
     config_suffix) and `_{model}` in NIXL (hicache_nixl.py): TP size is no key. Two MLA servers of another TP size and
     KV dtype in one directory were called safe, and read each other's pages."""
-    configs = pathlib.Path(__file__).parent / "model_configs"
+    configs = ROOT / "tests" / "model_configs"
     base = {"l3_namespace": "off", "l3_share": "nvme-pool"}
     for mla, config in ((True, "deepseek-v3.json"), (False, "llama-3.1-8b-instruct.json")):
         a = deployment("local", model_config=str(configs / config), **base)

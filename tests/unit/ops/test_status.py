@@ -1,4 +1,4 @@
-"""`hicachectl status` beyond what tests/test_cli_judges.py holds: the L3 backend a server has attached now (SGLang's
+"""`hicachectl status` beyond what tests/unit/cli/test_judges.py holds: the L3 backend a server has attached now (SGLang's
 GET /hicache/storage-backend, the only place a runtime detach shows), and the routers (group hicache_routers): their
 unit, the router package's version and the workers GET /workers lists against the inventory's servers. The states are
 written out in the shape playbooks/status.yml reports them (hicache_status_report)."""

@@ -1,4 +1,4 @@
-"""The host program of nic_tuning on a sample sysfs tree of one ConnectX port (tests/test_nic_samples.py: whole hosts).
+"""The host program of nic_tuning on a sample sysfs tree of one ConnectX port (tests/unit/plans/test_nic_tuning_samples.py: whole hosts).
 
 No ConnectX port exists here, so its sysfs files (vendor 0x15b3, RoCE ECN switches, MSI IRQs, NUMA-local
 CPUs) and cpufreq are laid out in a temporary tree (HICACHE_SYSFS_ROOT); the program reads and writes

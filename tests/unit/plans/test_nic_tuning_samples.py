@@ -119,7 +119,7 @@ def test_irqbalance_is_left_as_found_unless_pinning_is_asked_and_given_back_when
 
 
 ETHTOOL_G = "Ring parameters for {port}:\nPre-set maximums:\nRX:\t\t8192\nRX Mini:\tn/a\nRX Jumbo:\tn/a\nTX:\t\t8192\n" \
-            "Current hardware settings:\nRX:\t\t{rx}\nRX Mini:\tn/a\nRX Jumbo:\tn/a\nTX:\t\t8192\n"  # as tests/test_hoststate.py has it
+            "Current hardware settings:\nRX:\t\t{rx}\nRX Mini:\tn/a\nRX Jumbo:\tn/a\nTX:\t\t8192\n"  # as tests/unit/plans/test_storage_live.py has it
 
 
 @pytest.mark.parametrize(("rx", "differs"), [(1024, True), (8192, False)])

@@ -8,33 +8,15 @@ a needed item the host lacks is missing and required; doctor's exit code follows
 from __future__ import annotations
 
 import yaml
-from helpers import deployment
+from helpers import BARE, FULL, NFS_ITEMS, deployment
 from support import ROOT
 
 from hicachectl.plans import preflight, storage
 from hicachectl.plans.plan import MISSING, NOT_CHECKED, NOT_NEEDED, OK, WARN
 
+
 # A GPU host as the VAST document describes it: 8 GPUs, two ConnectX-7 ports, RDMA, NFS client with rpcrdma,
 # the VAST NFS driver, Docker answering, the NVIDIA toolkit.
-FULL = {
-    "os": {"id": "ubuntu", "version_id": "22.04", "pretty": "Ubuntu 22.04.4 LTS"}, "kernel": "5.15.0-105-generic", "python": "3.10.12",
-    "tools": {"mount.nfs": "/usr/sbin/mount.nfs", "docker": "/usr/bin/docker", "nvidia-ctk": "/usr/bin/nvidia-ctk"},
-    "kernel_modules": {"nfs": {"loaded": True, "available": True}, "rpcrdma": {"loaded": True, "available": True}},
-    "filesystems": ["ext4", "nfs", "nfs4"],
-    "interfaces": [{"name": "ens1f0np0", "driver": "mlx5_core"}, {"name": "ens2f0np0", "driver": "mlx5_core"}],
-    "rdma_devices": ["mlx5_0", "mlx5_1"], "vastnfs_version": "4.0.30",
-    "gpus": {"count": 8, "names": [f"GPU {i}: NVIDIA B200" for i in range(8)], "error": None},
-    "runtime_engines": {"docker": {"answers": True, "detail": "27.3.1"}},
-    "mem_total_gb": 2100.0, "disk": {"path": "/root", "free_gb": 500.0}, "block_ids": {"UUID=1234-abcd": "/dev/nvme1n1"},
-}
-# This machine's kind: no GPU, no RDMA, no NFS client, no container runtime.
-BARE = {"os": {"id": "debian", "version_id": "12"}, "kernel": "6.1.0", "python": "3.11.2", "tools": {}, "kernel_modules": {},
-        "filesystems": ["ext4", "tmpfs"], "interfaces": [{"name": "eth0", "driver": "virtio_net"}], "rdma_devices": [],
-        "gpus": {"count": 0, "names": [], "error": None}, "runtime_engines": {}, "mem_total_gb": 8.0,
-        "disk": {"path": "/", "free_gb": 50.0}, "block_ids": {}}
-NFS_ITEMS = ("connectx", "rdma", "nfs_client", "rpcrdma")
-
-
 def statuses(facts, d):
     return {c.item: c.status for c in preflight.judge(facts, d)}
 

@@ -125,7 +125,7 @@ def test_netapp_mount_carries_nconnect_and_an_ipv6_server_mounts_with_rdma6():
 
 
 def test_the_plan_names_the_rdma_slots_a_dry_run_cannot_read_before_rpcrdma_is_loaded():
-    from test_preflight import FULL
+    from helpers import FULL
 
     d = deployment("vast")
     not_loaded = {**FULL, "kernel_modules": {**FULL["kernel_modules"], "rpcrdma": {"loaded": False, "available": True}}}
@@ -141,7 +141,7 @@ def test_a_host_upgraded_from_0_1_0_gets_the_kernels_tcp_slot_tables_back_live()
     """0.1.0 lowered tcp_max_slot_table_entries to 128 (options sunrpc ... in OLD_SUNRPC_MODPROBE_FILE) and set it live:
     removing the file alone left 128 in effect until sunrpc's next load. The role reads the file (host_reads) and
     gives each value it named back to the kernel's (net/sunrpc/xprtsock.c: 2 and 65536), live, once."""
-    from test_preflight import FULL
+    from helpers import FULL
 
     old = "# Managed by hicache-deploy.\noptions sunrpc tcp_slot_table_entries=128 tcp_max_slot_table_entries=128\n"
     upgraded = {**FULL, "files": {storage.OLD_SUNRPC_MODPROBE_FILE: old}}
@@ -162,7 +162,7 @@ def test_a_vast_multipath_mount_has_the_driver_show_its_sunrpc_id_for_the_multip
     """vastnfs prints a mount's sunrpc-id in mountstats only with expose_id_in_mountstats set (bundle/net/sunrpc/stats.c,
     default false), and without the id verify's multipath path check was always "not checked". Set live after the
     mount (which only vastnfs' client makes) and in modprobe.d; render shows the file as plan does (no host facts)."""
-    from test_preflight import FULL
+    from helpers import FULL
 
     plan = storage.storage_plan(deployment("vast"), FULL)
     assert plan.vastnfs_values == {storage.EXPOSE_ID_PARAMETER: "Y"}

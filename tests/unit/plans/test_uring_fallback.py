@@ -4,32 +4,11 @@ refusal of two io-queue keys names use_uring but is a config error (validate's n
 
 from __future__ import annotations
 
-import pathlib
 import re
 
 import pytest
 import yaml
-
-SERVICE = pathlib.Path(__file__).parent.parent / "roles" / "sglang_server" / "tasks" / "service.yml"
-
-
-def _find(node, key):
-    if isinstance(node, dict):
-        if key in node:
-            return node[key]
-        node = list(node.values())
-    if isinstance(node, list):
-        for item in node:
-            found = _find(item, key)
-            if found is not None:
-                return found
-    return None
-
-
-def fallback_pattern() -> str:
-    pattern = _find(yaml.safe_load(SERVICE.read_text()), "__hicache_server_uring_failure")
-    assert isinstance(pattern, str), "service.yml names its fallback pattern __hicache_server_uring_failure"
-    return pattern
+from helpers import SERVICE, _find, fallback_pattern
 
 
 def _task(name):
