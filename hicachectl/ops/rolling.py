@@ -34,12 +34,14 @@ def in_flight(text: str | None) -> float | None:
     return sum(found) if found else None
 
 
-def _router_url(host: str, variables: Mapping[str, Any]) -> str:
+def _router(host: str, variables: Mapping[str, Any]) -> dict[str, str]:
+    """A router as a restart asks it: its host, its API as the router host reaches it, and its unit (there once the
+    router role has run: a router without it is not deployed yet, and its refusal is no news)."""
     d, findings = router.check_router_host(host, variables)
     errors = [f.format() for f in findings if f.level == rules.ERROR]
     if errors or d is None:
         raise ValueError(f"router {host}: invalid variables: " + "; ".join(errors))
-    return router.base_url(d)
+    return {"host": host, "url": router.base_url(d), "unit": router.unit_path(d)}
 
 
 def plan(d, host: str, hostvars: Mapping[str, Any], all_hostvars: Mapping[str, Mapping[str, Any]], routers: Iterable[str]) -> dict[str, Any]:
@@ -49,7 +51,7 @@ def plan(d, host: str, hostvars: Mapping[str, Any], all_hostvars: Mapping[str, M
     routers = list(routers)
     base = f"http://{d.local_host}:{d.effective_port}"
     return {
-        "routers": [{"host": name, "url": _router_url(name, all_hostvars[name])} for name in routers],
+        "routers": [_router(name, all_hostvars[name]) for name in routers],
         "worker_url": router.worker_url(host, hostvars) if routers else None,
         "metrics_url": base + "/metrics",
         "drain_timeout": int(d.router_drain_timeout),

@@ -115,6 +115,11 @@ def _connect_host(d) -> str:
     return _url_host(host)
 
 
+def unit_path(d) -> str:
+    """The router's systemd unit, as the router role installs it: there once the role has run on the host."""
+    return f"/etc/systemd/system/{d.router_service_name}.service"
+
+
 def base_url(d) -> str:
     return f"http://{_connect_host(d)}:{d.router_port}"
 
@@ -181,7 +186,7 @@ def plan(d, hostvars: Mapping[str, Mapping[str, Any]], servers: Iterable[str]) -
         "wheelhouse": wheelhouse,
         "binary": binary(d),
         "service": f"{d.router_service_name}.service",
-        "unit_path": f"/etc/systemd/system/{d.router_service_name}.service",
+        "unit_path": unit_path(d),
         "unit": unit_fields(d),
         "workers_env_path": f"{directory}/{WORKERS_ENV}",
         "workers_env": workers_env(urls),

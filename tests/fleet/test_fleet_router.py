@@ -189,6 +189,8 @@ def test_deploy_then_cache_aware_routing_keeps_a_shared_prefix_on_one_server_unl
     fleet, servers, router, urls, router_url = bed
     run = cli("deploy", "--inventory", str(inventory(bed, "cache-aware")))
     assert run.returncode == 0, run.stdout + run.stderr
+    # the servers go before the router, which this run starts: no note about a router not running (#34)
+    assert "refused the connection" not in run.stdout + run.stderr, run.stdout + run.stderr
     wait_listed(router_url, urls.values())
     # verify asks the router too: every server known and healthy, a request through it answered
     checked = cli("verify", "--inventory", str(inventory(bed, "cache-aware")), "--json")

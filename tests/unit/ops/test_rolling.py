@@ -41,8 +41,12 @@ def test_in_flight_zero_is_zero_not_unknown():
 def test_plan_names_each_router_at_its_own_address_and_the_worker_url():
     d = deployment(hicache_port=8000, hicache_router_drain_timeout=42)
     plan = rolling.plan(d, "gpu-01", {"ansible_host": "10.0.0.11", "hicache_port": 8000},
-                        {"r1": {}, "r2": {"hicache_router_host": "10.0.0.5", "hicache_router_port": 9000}}, ["r1", "r2"])
-    assert plan["routers"] == [{"host": "r1", "url": "http://127.0.0.1:30080"}, {"host": "r2", "url": "http://10.0.0.5:9000"}]
+                        {"r1": {}, "r2": {"hicache_router_host": "10.0.0.5", "hicache_router_port": 9000, "hicache_router_service_name": "smg"}},
+                        ["r1", "r2"])
+    # each with its unit: a router refusing the connection without it was never deployed (a first deploy), and is not
+    # reported as one that does not run (#34)
+    assert plan["routers"] == [{"host": "r1", "url": "http://127.0.0.1:30080", "unit": "/etc/systemd/system/sglang-router.service"},
+                               {"host": "r2", "url": "http://10.0.0.5:9000", "unit": "/etc/systemd/system/smg.service"}]
     assert plan["worker_url"] == "http://10.0.0.11:8000"
     assert plan["metrics_url"] == "http://127.0.0.1:8000/metrics"
     assert plan["drain_timeout"] == 42 and plan["cannot_drain"] == ""
