@@ -1,4 +1,4 @@
-"""`hicachectl l3`: the namespaces on each L3 tier, and `--prune` (hicachectl/l3.py decides, playbooks/l3.yml reads
+"""`hicachectl l3`: the namespaces on each L3 tier, and `--prune` (hicachectl/ops/l3.py decides, playbooks/l3.yml reads
 and removes). hicachectl/cli/main.py registers it; the inventory is guarded as every command's (hicachectl.cli.common).
 
 Each tier is read on one of its hosts (the first of --limit's that can be reached). `--prune` also reads, on every

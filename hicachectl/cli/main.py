@@ -2,9 +2,9 @@
 
 This module is the app: its global options, the last-resort error handler, the exit codes (EXIT_CODES below;
 the README's table is generated from it) and the commands, registered from their families:
-cli_offline.py (validate, render, init, size, monitoring: no host touched), cli_change.py (deploy, upgrade,
-rollback, restart), cli_observe.py (plan, doctor, status, verify), cli_bench.py (bench), cli_l3.py (l3).
-What they share (options, the inventory guard, the report of a run) is cli_common.py. Heavy imports (Ansible,
+offline.py (validate, render, init, size, monitoring: no host touched), change.py (deploy, upgrade,
+rollback, restart), observe.py (plan, doctor, status, verify), bench.py (bench), l3.py (l3).
+What they share (options, the inventory guard, the report of a run) is common.py. Heavy imports (Ansible,
 Jinja) happen inside the commands so `--help` stays instant.
 """
 

@@ -1,4 +1,5 @@
-"""Host limits the seeds' stack needs: pinned host memory (memlock) for sessions, the runtime, sysctls. No I/O."""
+"""The host_limits role's plan: pinned host memory (memlock) for sessions and the container runtime's units, and
+sysctls; and the judgement of the limits the host's processes run with (/proc/<pid>/limits, parsed here). No I/O."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""What the nic_tuning role asks of each host: the desired state its host program applies. No I/O."""
+"""The nic_tuning role's plan: the desired state its host program (roles/nic_tuning/files/hicache-nic-tuning) applies,
+its unit and udev rule, and the verdict on the program's report (what fails, what is a gap, what is not checked). No I/O."""
 
 from __future__ import annotations
 

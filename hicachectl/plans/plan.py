@@ -1,9 +1,10 @@
-"""One typed plan per role: what the role writes, what it runs, and what cannot be done on this host and why.
+"""What every role's plan shares: the plan as Ansible keeps it, the host facts' tools and modules, a check's outcome.
 
 Each role asks for its plan once (a hicache filter of the collection, plugins/filter/hicache.py), keeps it with
 set_fact, shows it at -v, and its tasks only apply it. A plan depends only on the host's deployment (its checked
 variables) and, where the answer depends on the host, on the host facts (hicache_host_facts, read up front, not per task):
-whether systemd runs the host, whether the container runtime or the hub client is installed.
+whether systemd runs the host, whether the container runtime or the hub client is installed. The plans themselves are
+in the module named like their role (plans/storage.py, plans/sglang_server.py, ...).
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Turn a deployment into the exact files a host receives. The CLI and the Ansible filter both call this."""
+"""The sglang_server role's plan: the exact files the server's config directory and unit receive (start.sh, run.sh,
+serve.sh, the backend config, the env files, the unit), the record deployed.json keeps, and what keeps a server from
+running here. The CLI and the Ansible filter both call this."""
 
 from __future__ import annotations
 

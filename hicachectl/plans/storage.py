@@ -1,4 +1,6 @@
-"""The L3 tier's mount: source, options and the fstab line, from one host's deployment. No I/O."""
+"""The storage role's plan: the L3 tier's mount (source, options, the fstab line), the sysctls, nfsrahead and
+modules-load files, what this host can mount and why not (NFS client, rpcrdma, a device), and the vastnfs gates (the
+driver and the release each option needs). No I/O: the host's live state is judged in plans/storage_live.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""Parse live host state and compare it with what the inventory asks for. Pure functions on text.
+"""The L3 mount as the host has it: mountinfo, mountstats, vastnfs' multipath transports and pNFS layouts, read and
+judged against the storage role's plan (plans/storage.py). Pure functions on text; `mount_state` is the one judge the
+role calls (through the hicache_mount_state filter).
 
-Formats: /proc/<pid>/mountinfo and /proc/<pid>/limits per proc(5); `ethtool -g` as ethtool prints it.
+Formats: /proc/<pid>/mountinfo and /proc/self/mountstats per proc(5) and fs/nfs/super.c; vastnfs' debugfs stats.
 """
 
 from __future__ import annotations
