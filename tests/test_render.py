@@ -16,7 +16,7 @@ from strategies import NASTY, SERVED_NAME
 from support import ROOT, cli, cli_json
 
 from hicachectl.formats import tomlwriter
-from hicachectl.plans import host_files, host_limits, launch, nic_tuning, storage
+from hicachectl.plans import host_files, host_limits, launch, nic_tuning, router, storage
 
 
 @settings(max_examples=60, deadline=None)
@@ -241,6 +241,19 @@ def test_render_lists_every_file_the_roles_write(tmp_path):
     assert {f"{d.cfg_dir}/{f.name}" for f in sglang_server.files(d)} <= everything
     missing = written - looped - everything
     assert len(written) >= 12 and not missing, missing
+
+
+def test_render_names_what_the_roles_leave_beyond_their_files():
+    """#34: render --json lists deployed.json and cfg.previous/ of a server, the router's virtualenv and copied
+    wheelhouse: what the roles leave whose content is only known on the host."""
+    d = deployment("vast")
+    kept = {k.path: k for k in host_files.server_host_files(d).kept}
+    assert set(kept) == {f"{d.cfg_dir}/deployed.json", f"{d.cfg_dir}.previous/"} and all(k.role == "sglang_server" for k in kept.values())
+    assert "rollback" in kept[f"{d.cfg_dir}.previous/"].what
+    rd = router.check_router_host("router-01", {"hicache_router_wheelhouse": "/srv/wheels"})[0]
+    routed = {k.path: k.what for k in host_files.router_host_files(rd, {}).kept}
+    assert set(routed) == {f"{rd.router_dir.rstrip('/')}/", f"{rd.router_dir.rstrip('/')}/wheels/"}
+    assert "virtualenv" in routed[f"{rd.router_dir.rstrip('/')}/"] and "/srv/wheels/" in routed[f"{rd.router_dir.rstrip('/')}/wheels/"]
 
 
 def test_render_names_the_files_the_nvidia_toolkit_writes_with_the_roles_own_commands():

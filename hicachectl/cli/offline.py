@@ -87,10 +87,10 @@ def render(inventory: str = common.InventoryOpt, host: str | None = typer.Option
             entry = dict(launch.summary(d), role="server", files={f.name: f.shown for f in rendering.files(d)})
         else:
             entry = {"host": name, "role": "router"}
-        tool_files = per_host[name].tool_files
+        tool_files, kept = per_host[name].tool_files, per_host[name].kept
         payload[name] = secrets.mask(dict(entry, host_files=[f.as_dict() for f in written],
                                           removed_files=[{"role": role, "path": path} for role, path in removed],
-                                          tool_files=[f.as_dict() for f in tool_files]), hidden)
+                                          tool_files=[f.as_dict() for f in tool_files], kept=[k.as_dict() for k in kept]), hidden)
         if out is not None:
             for f in written:
                 target = out.joinpath(*_out_place(name, d, f))
@@ -104,6 +104,8 @@ def render(inventory: str = common.InventoryOpt, host: str | None = typer.Option
                 typer.echo(f"==> {name}:{path} ({role}) <==\nremoved if present (this inventory does not need it)\n")
             for f in tool_files:
                 typer.echo(f"==> {name}:{f.path} ({f.role}) <==\nwritten by `{f.command}` {f.when}; its content is the tool's\n")
+            for k in kept:
+                typer.echo(f"==> {name}:{k.path} ({k.role}) <==\n{k.what}\n")
     common.finish(common.EXIT_OK, json, {"inventory": inv.name, "hosts": payload})  # the text was printed host by host
 
 

@@ -62,12 +62,25 @@ class ToolFile:
 
 
 @dataclasses.dataclass(frozen=True)
+class Kept:
+    """A path a role leaves on the host whose content is not known before the run (a record of what became healthy,
+    a copy of what ran, an installed environment): named, so that render lists everything the roles leave."""
+    role: str
+    path: str
+    what: str
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
 class HostChanges:
-    """What the roles do to a host's files: the files they write, the files they remove when present, and the files
-    a vendor's tool writes at their request."""
+    """What the roles do to a host's files: the files they write, the files they remove when present, the files
+    a vendor's tool writes at their request, and what else they leave (Kept)."""
     files: list[HostFile]
     removed: list[tuple[str, str]]  # (role, path)
     tool_files: list[ToolFile] = dataclasses.field(default_factory=list)
+    kept: list[Kept] = dataclasses.field(default_factory=list)
 
 
 def runtime_tool_files(d) -> list[ToolFile]:
@@ -115,6 +128,7 @@ def server_host_files(d) -> HostChanges:
     out += [HostFile("storage", f["path"], f["content"], f["mode"]) for f in tier.files]
     removed = [("storage", path) for path in tier.absent]
     lim = host_limits.limits_plan(d)
+    removed += [("host_limits", path) for path in lim.absent]
     if getattr(lim, "files", None):  # the plan's own list, as roles/host_limits/tasks/apply.yml hands it to hicache_files
         out += [HostFile("host_limits", f["path"], f["content"], f["mode"]) for f in lim.files]
     else:
@@ -129,7 +143,13 @@ def server_host_files(d) -> HostChanges:
         rendered = texts[f.name]
         out.append(HostFile("sglang_server", f"{server.cfg_dir.rstrip('/')}/{f.name}", rendered.content, f.mode, f.secret, rendered.masked))
     out.append(HostFile("sglang_server", f"{SYSTEMD_DIR}/{server.unit['name']}", server.unit["content"], "0644"))
-    return HostChanges(out, removed, runtime_tool_files(d))
+    kept = [Kept("sglang_server", f"{server.cfg_dir.rstrip('/')}/{server.deployed_name}",
+                 "the record of the config and image the server last became healthy with (written after each healthy start; "
+                 "status, upgrade and rollback read it)"),
+            Kept("sglang_server", f"{server.previous_dir}/",
+                 "the previous config, a copy of cfg/ as it ran before the last change: what a failed start and `hicachectl rollback` "
+                 "put back (one, replaced at each change)")]
+    return HostChanges(out, removed, runtime_tool_files(d), kept)
 
 
 def router_host_files(d, servers: dict) -> list[HostFile]:
@@ -141,5 +161,9 @@ def router_host_files(d, servers: dict) -> list[HostFile]:
     # trim_blocks and the kept final newline, as ansible.builtin.template renders it
     template = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROLES / "router" / "templates")), undefined=jinja2.StrictUndefined,
                                   trim_blocks=True, keep_trailing_newline=True, autoescape=False).get_template("sglang-router.service.j2")
+    kept = [Kept("router", f"{plan['dir']}/", f"the router's virtualenv, {plan['requirement']} installed by pip "
+                                              f"({' '.join(plan['pip_args']) or 'from the index pip is configured with'})")]
+    if plan["wheelhouse"]:
+        kept.append(Kept("router", f"{plan['wheelhouse']}/", f"the controller's wheelhouse {plan['wheelhouse_src']}, copied (the venv installs from it)"))
     return HostChanges([HostFile("router", plan["workers_env_path"], plan["workers_env"], "0644"),
-                        HostFile("router", plan["unit_path"], template.render(__hicache_router=plan), "0644")], [])
+                        HostFile("router", plan["unit_path"], template.render(__hicache_router=plan), "0644")], [], [], kept)

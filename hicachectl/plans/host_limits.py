@@ -47,6 +47,17 @@ def runtime_service(d) -> str | None:
     return "docker.service" if d.container_runtime == "docker" else None  # podman has no daemon
 
 
+# The runtime units hicache-deploy has ever given its memlock drop-in (DROPIN_NAME): a host that leaves Docker loses them.
+KNOWN_RUNTIME_SERVICES = ("docker.service", CONTAINERD_SERVICE)
+
+
+def stale_dropins(d) -> tuple[str, ...]:
+    """This toolkit's memlock drop-ins on the runtime units this deployment does not use (left by an earlier one with
+    Docker): removed. A drop-in on a unit named by an earlier hicache_limits_runtime_service stays (not known here)."""
+    used = set(runtime_services(d))
+    return tuple(f"/etc/systemd/system/{s}.d/{DROPIN_NAME}" for s in KNOWN_RUNTIME_SERVICES if s not in used)
+
+
 def runtime_services(d) -> tuple[str, ...]:
     """Every unit whose memlock limit a container's processes can inherit: the runtime's daemon and, with Docker,
     containerd.service, the parent of every container's shim."""
@@ -134,6 +145,7 @@ class LimitsPlan:
     files: tuple[dict[str, Any], ...] = ()  # everything the role writes, in one round trip (hicache_files)
     directories: tuple[dict[str, Any], ...] = ()
     server_sets_memlock: bool = False  # the server's container has its own --ulimit memlock (server_sets_memlock)
+    absent: tuple[str, ...] = ()  # the drop-ins of runtime units this deployment does not use (stale_dropins): removed
 
 
 def limits_plan(d) -> LimitsPlan:
@@ -153,7 +165,7 @@ def limits_plan(d) -> LimitsPlan:
                       bool(d.limits_restart_runtime), SYSCTL_FILE, sysctls, dict(d.host_sysctls), bool(d.strict),
                       services, proc_memlock(d), tuple(files),
                       tuple({"path": f"/etc/systemd/system/{s}.d", "mode": "0755", **root} for s in services),
-                      server_sets_memlock(d))
+                      server_sets_memlock(d), stale_dropins(d))
 
 
 LIMIT_NAMES = {"memlock": "Max locked memory", "nofile": "Max open files", "stack": "Max stack size"}

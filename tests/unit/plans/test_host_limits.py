@@ -47,6 +47,26 @@ def test_podman_has_no_daemon_and_a_named_runtime_service_still_brings_container
     assert container_runtime.runtime_plan(deployment("vast", container_runtime="docker")).units == ("containerd.service", "docker.service")
 
 
+def test_leaving_docker_removes_the_memlock_drop_ins_it_had_and_render_names_them():
+    """#34: a host moved from Docker to Podman or to no container kept its docker.service and containerd.service
+    drop-ins, which neither render nor the role named."""
+    from hicachectl.plans import host_files
+
+    dropins = (f"/etc/systemd/system/docker.service.d/{host_limits.DROPIN_NAME}", f"/etc/systemd/system/containerd.service.d/{host_limits.DROPIN_NAME}")
+    assert host_limits.limits_plan(deployment("vast", container_runtime="docker")).absent == ()
+    import dataclasses
+
+    for d in (deployment("vast", container_runtime="podman"), dataclasses.replace(deployment("vast"), container_runtime="none")):
+        plan = host_limits.limits_plan(d)
+        assert plan.absent == dropins, d.container_runtime
+        assert list(as_fact(plan)["absent"]) == list(dropins)  # what roles/host_limits/tasks/apply.yml hands hicache_files
+        removed = host_files.server_host_files(d).removed
+        assert [path for role, path in removed if role == "host_limits"] == list(dropins), d.container_runtime
+    apply = yaml.safe_load((ROOT / "roles/host_limits/tasks/apply.yml").read_text())
+    calls = [t["hicache.deploy.hicache_files"] for block in apply if "block" in block for t in block["block"] if "hicache.deploy.hicache_files" in t]
+    assert calls and calls[0]["absent"] == "{{ __hicache_limits.absent }}"
+
+
 def test_a_number_of_kib_is_bytes_in_proc_limits_and_in_systemd():
     d = deployment("vast", container_runtime="docker", limits_memlock="4096")
     assert host_limits.proc_memlock(d) == host_limits.systemd_memlock(d) == str(4096 * 1024)
