@@ -83,7 +83,8 @@ def test_the_wheel_carries_every_data_file(installed):
 def test_the_installed_cli_uses_only_the_installed_package(installed, tmp_path):
     venv, env = installed["venv"], installed["env"] | {"HOME": str(tmp_path)}
     site = venv.resolve()
-    probe = ("import json; from hicachectl import inventory, paths, render, runner; "
+    probe = ("import json; from hicachectl.config import inventory, paths; from hicachectl.plans import sglang_server as render; "
+             "from hicachectl.cli import runner; "
              "print(json.dumps({'module': paths.__file__, 'from_checkout': paths.FROM_CHECKOUT, 'root': str(paths.ROOT), "
              "'paths': [str(p) for p in (paths.ANSIBLE_CFG, paths.TEMPLATES, paths.PLAYBOOKS, paths.ROLES, paths.CALLBACK_PLUGINS, "
              "inventory.INVENTORIES, render.TEMPLATES, runner.PLAYBOOKS, runner.ANSIBLE_CFG)], "
