@@ -1,4 +1,4 @@
-"""hicachectl l3's decisions (hicachectl/l3.py) and the module that lists and prunes a tier's namespaces
+"""hicachectl l3's decisions (hicachectl/ops/l3.py) and the module that lists and prunes a tier's namespaces
 (plugins/modules/hicache_l3_namespaces.py, its functions on a tmp dir and as Ansible runs it)."""
 
 from __future__ import annotations

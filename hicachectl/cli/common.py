@@ -16,7 +16,7 @@ from typing import NoReturn
 
 import typer
 
-# The exit codes every command uses; what each means is hicachectl.cli.EXIT_CODES (the README's table).
+# The exit codes every command uses; what each means is hicachectl.cli.main.EXIT_CODES (the README's table).
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 # doctor, verify and status, as DeepOps: 2 also means a host could not be checked.
 EXIT_NOT_CHECKED = EXIT_USAGE

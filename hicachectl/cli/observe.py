@@ -4,7 +4,7 @@ status, verify. Each guards the inventory, runs its playbook, and hands what the
 lines to print and the exit code, tested without a host (tests/unit/cli/test_judges.py).
 
 Exit codes, as DeepOps: 0 every check passed; 1 a check failed; 2 a host could not be checked (every judge's
-`exit_code`, hicachectl.cli.CHECK_EXIT_CODES).
+`exit_code`, hicachectl.cli.main.CHECK_EXIT_CODES).
 """
 
 from __future__ import annotations

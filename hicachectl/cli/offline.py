@@ -37,7 +37,7 @@ def validate(inventory: str = common.InventoryOpt, limit: str | None = common.Li
 
 
 def _namespaces(deployments: dict) -> dict:
-    """validate's account of each valid server's L3 namespace (hicachectl/l3.py): its line, the namespace, what it is
+    """validate's account of each valid server's L3 namespace (hicachectl/ops/l3.py): its line, the namespace, what it is
     derived from, whether it is off (the rule l3-namespace-off warns about it)."""
     from hicachectl.config import namespace
     from hicachectl.ops import l3

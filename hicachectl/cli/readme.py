@@ -1,4 +1,4 @@
-"""The README's exit-code table, generated from hicachectl.cli.EXIT_CODES (`python -m hicachectl.cli.readme --write`;
+"""The README's exit-code table, generated from hicachectl.cli.main.EXIT_CODES (`python -m hicachectl.cli.readme --write`;
 without --write it exits 1 when the README has drifted, as `python -m hicachectl.config.schema` does)."""
 
 from __future__ import annotations

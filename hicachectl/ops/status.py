@@ -19,7 +19,7 @@ from hicachectl.plans import router
 
 CURRENT, PENDING, OTHER, NONE = "current", "pending restart", "not the inventory's", "not deployed"
 ROUTER = "router"  # the `role` of a router's --json entry
-# status's exit codes (hicachectl.cli.CHECK_EXIT_CODES): every host fine; one is not; one could not be read.
+# status's exit codes (hicachectl.cli.main.CHECK_EXIT_CODES): every host fine; one is not; one could not be read.
 EXIT_OK, EXIT_NOT_FINE, EXIT_NOT_READ = 0, 1, 2
 # A router's row has the same columns: image is the router package and version, config its workers.
 HEADERS = ("host", "unit", "since", "image", "config", "health", "problem")

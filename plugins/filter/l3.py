@@ -3,7 +3,7 @@
 """The L3 namespace filters of playbooks/l3.yml (hicachectl l3): the directory a host's tier holds its
 namespaces in, the directory holding what its server runs (deployed.json), and what a removal must keep: the
 namespaces the inventory's servers use and run, the directories never removed, and the tiers with a server not
-checked (hicachectl/l3.py, hicachectl/config/namespace.py).
+checked (hicachectl/ops/l3.py, hicachectl/config/namespace.py).
 
 The core is the Python package hicache-deploy on the controller (see plugins/filter/hicache.py).
 """

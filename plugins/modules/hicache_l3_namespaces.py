@@ -10,7 +10,7 @@ points it is or holds; the files directly in the
 directory (a server with hicache_l3_namespace: off writes its pages there) are summed apart and never removed.
 The tier's directory itself is never removed.
 
-Removal is defence in depth behind the controller's decision (hicachectl/l3.py): a name is refused, not
+Removal is defence in depth behind the controller's decision (hicachectl/ops/l3.py): a name is refused, not
 removed, unless it has the form `auto` derives (DERIVED_FORM, a copy of hicachectl/config/namespace.py's; tests/test_l3.py
 holds the two equal), so a literal namespace, `models`, `backup`, a bucket directory `00`..`ff` of the nixl
 backend or lost+found never is. It is refused too when the controller says to hold (a server of the tier could not
