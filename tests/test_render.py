@@ -256,6 +256,18 @@ def test_render_names_what_the_roles_leave_beyond_their_files():
     assert "virtualenv" in routed[f"{rd.router_dir.rstrip('/')}/"] and "/srv/wheels/" in routed[f"{rd.router_dir.rstrip('/')}/wheels/"]
 
 
+def test_render_never_shows_the_routers_index_credential_in_what_it_lists(tmp_path):
+    """hicache_router_index_url is secret (it may carry credentials); the router's virtualenv, listed among what the
+    roles leave, is installed from it: shown as ******** in the text and in --json."""
+    credential = "s3cr3t-index-token"
+    inventory = _with_router(tmp_path / "inv", {**_profile_vars("local"), "hicache_host": "0.0.0.0",
+                                                "hicache_router_index_url": f"https://ci:{credential}@pypi.corp.example/simple"})
+    text = cli("render", "--inventory", str(inventory), "--host", "router-01", check_rc=0).stdout
+    assert "the router's virtualenv" in text and credential not in text, text
+    shown = cli_json("render", "--inventory", str(inventory), "--host", "router-01")["hosts"]["router-01"]
+    assert shown["kept"] and credential not in json.dumps(shown)
+
+
 def test_render_names_the_files_the_nvidia_toolkit_writes_with_the_roles_own_commands():
     """container_runtime has nvidia-ctk write daemon.json (Docker) or the CDI spec (Podman): render names each with the
     command, which must be the role's task's own, and every nvidia-ctk command of the roles is named."""

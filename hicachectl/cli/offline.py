@@ -104,8 +104,8 @@ def render(inventory: str = common.InventoryOpt, host: str | None = typer.Option
                 typer.echo(f"==> {name}:{path} ({role}) <==\nremoved if present (this inventory does not need it)\n")
             for f in tool_files:
                 typer.echo(f"==> {name}:{f.path} ({f.role}) <==\nwritten by `{f.command}` {f.when}; its content is the tool's\n")
-            for k in kept:
-                typer.echo(f"==> {name}:{k.path} ({k.role}) <==\n{k.what}\n")
+            for k in kept:  # a router's pip arguments may name an index URL that holds a credential
+                typer.echo(secrets.mask_text(f"==> {name}:{k.path} ({k.role}) <==\n{k.what}\n", hidden))
     common.finish(common.EXIT_OK, json, {"inventory": inv.name, "hosts": payload})  # the text was printed host by host
 
 
