@@ -41,7 +41,8 @@ def source_documents() -> pathlib.Path:
 
 def cli(*args: str, check_rc: int | None = None, env: dict | None = None, cwd: str | None = None) -> subprocess.CompletedProcess:
     """Run the real `hicachectl` in a fresh process, as a user would."""
-    proc = subprocess.run([sys.executable, "-m", "hicachectl", *args], capture_output=True, text=True,
+    # stdin from /dev/null, never pytest's own: a non-blocking stdin left by another process makes Ansible refuse to run
+    proc = subprocess.run([sys.executable, "-m", "hicachectl", *args], stdin=subprocess.DEVNULL, capture_output=True, text=True,
                           # 25 minutes: a deploy of four hosts with a router took over 10 on a CI machine running
                           # every stream at once; a command that hangs still stops.
                           env={**os.environ, **(env or {})}, cwd=cwd or ROOT, timeout=1500)

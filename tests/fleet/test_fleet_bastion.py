@@ -63,7 +63,7 @@ def inventory(target, target_name: str, alias: str, ops):
 def test_the_target_is_reachable_only_through_the_bastion(behind_bastion):
     _, target, _, alias, _ = behind_bastion
     direct = subprocess.run(["ssh", "-q", "-i", str(target.key), "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", *HOST_KEYS_OFF.split(),
-                             f"root@{alias}", "true"], capture_output=True, text=True, timeout=60)
+                             f"root@{alias}", "true"], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     assert direct.returncode != 0  # no name, no route: only the bastion resolves it
 
 

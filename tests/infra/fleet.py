@@ -121,9 +121,13 @@ class Fleet:
         return self
 
     def ssh(self, name: str, command: str) -> subprocess.CompletedProcess:
+        # stdin from /dev/null: ssh sets O_NONBLOCK on the stdin it is given, a file description it shares with pytest
+        # and every process pytest starts; an ansible started meanwhile then refuses to run ("Ansible requires blocking
+        # IO on stdin/stdout/stderr": the secrets test's process sampler ssh'ed into the hosts while its deploy started,
+        # CI 2026-12-04), as QEMU's stdio once did (tests/infra/vm.py).
         return subprocess.run(["ssh", "-q", "-i", str(self.key), "-p", str(self.hosts[name]), "-o", "BatchMode=yes",
                                "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "root@127.0.0.1", command],
-                              capture_output=True, text=True, timeout=60)
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
 
     def address(self, name: str) -> str:
         """The host's address on the test bed's container network: how the other test hosts reach it."""
