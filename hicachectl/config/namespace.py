@@ -179,10 +179,10 @@ def collisions(a, b, mla: bool | None = False) -> list[str]:
     left, right = components(a), components(b)
     if left["backend"] != right["backend"]:
         return []
-    dcp = dcp_size(a) > 1 and dcp_size(a) == dcp_size(b)
-    if dcp_size(a) != dcp_size(b) and a.storage_backend == "file":
+    dcp_a, dcp_b = dcp_size(a), dcp_size(b)
+    if dcp_a != dcp_b and a.storage_backend == "file":
         return []  # the DCP suffix keys the size: their files differ
-    if any(left[words] != right[words] for words in keyed(a.storage_backend, mla, dcp)):
+    if any(left[words] != right[words] for words in keyed(a.storage_backend, mla, dcp_a > 1)):
         return []
     return [f"{words} {left.get(words, 'default')} vs {right.get(words, 'default')}"
             for words in dict.fromkeys([*left, *right]) if left.get(words, "default") != right.get(words, "default")]

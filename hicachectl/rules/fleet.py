@@ -102,8 +102,10 @@ def check_shared_tiers(deployments: Mapping[str, Any]) -> list[Finding]:
             first = deployments[together[0]]
             for host in together[1:]:
                 where = f"namespace {name}" if name else "the tier itself (namespace off)"
-                mla = _is_mla(first, known) if _is_mla(first, known) is not None else _is_mla(deployments[host], known)
-                clash = namespace.collisions(first, deployments[host], mla=bool(mla) if mla is not None else False)
+                mla = _is_mla(first, known)
+                if mla is None:
+                    mla = _is_mla(deployments[host], known)
+                clash = namespace.collisions(first, deployments[host], mla=bool(mla))  # not known: keyed as before
                 if clash:
                     findings.append(Finding(
                         ERROR, host, "hicache_l3_namespace", "l3-shared-format",
