@@ -419,8 +419,9 @@ VARIABLES: tuple[Var, ...] = (
        "NFS over RDMA does not use the Ethernet rings, and changing them reopens the port's queues.", role="nic_tuning",
        domain=Domain("an integer from 1 to 65536", 8192, "range", low=1, high=65536)),
     _v("hicache_nic_channels", "int", None, "Combined channels (ethtool -L); None leaves them.", role="nic_tuning", domain=POSITIVE),
-    _v("hicache_nic_qos_trust", "str", "dscp", "RoCE QoS trust state (mlnx_qos --trust); None leaves it.", choices=("dscp", "pcp"), role="nic_tuning", nullable=True),
-    _v("hicache_nic_pfc_priorities", "list", [3], "Priorities with PFC on (mlnx_qos --pfc); [] leaves PFC.", role="nic_tuning",
+    _v("hicache_nic_qos_trust", "str", "dscp", "RoCE QoS trust state (mlnx_qos --trust, or DSCP APP entries through iproute2's dcb where mlnx_qos is absent); "
+       "None leaves it.", choices=("dscp", "pcp"), role="nic_tuning", nullable=True),
+    _v("hicache_nic_pfc_priorities", "list", [3], "Priorities with PFC on (mlnx_qos --pfc, or dcb pfc where mlnx_qos is absent); [] leaves PFC.", role="nic_tuning",
        domain=Domain("priorities 0-7", [3], "range", items=Domain("a priority 0-7", 3, "range", low=0, high=7), item_types=("int",))),
     _v("hicache_nic_ecn_priorities", "list", [3], "Priorities with RoCE ECN on (notification and reaction point).", role="nic_tuning",
        domain=Domain("priorities 0-7", [3], "range", items=Domain("a priority 0-7", 3, "range", low=0, high=7), item_types=("int",))),

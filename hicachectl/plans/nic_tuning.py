@@ -176,9 +176,10 @@ def nic_verdict(report: dict, asked: bool, ecn_required: bool = False) -> dict[s
     (`unavailable`: a tool, a module, a named port, a storage name that does not resolve yet, or no ConnectX port at
     all) is a gap, on any host, whatever its port kind: a failure under hicache_strict, else the host is degraded, never
     ok. Only a host without ConnectX ports of which nothing is asked has nothing to tune, and no gap.
-    `not_offered`: what the port's driver stack has no interface for (per-priority ECN, and trust/PFC without
-    mlnx_qos, with the distribution's mlx5): a named gap that leaves the host degraded whatever hicache_strict says
-    (`driver_gaps`); ECN's is a failure where the inventory requires it (hicache_nic_ecn_required).
+    `not_offered`: what the port's driver stack has no interface for (per-priority ECN, and trust/PFC where neither
+    mlnx_qos nor iproute2's dcb is installed, with the distribution's mlx5; with dcb the program sets them through DCB
+    netlink): a named gap that leaves the host degraded whatever hicache_strict says (`driver_gaps`); ECN's is a
+    failure where the inventory requires it (hicache_nic_ecn_required).
     `changes`: what still differs from the inventory (a failure once the role has applied it).
     `ports`: each port selected or left alone, with why (what render's selection found on this host).
     `left`: each setting a null in the inventory leaves as it is ("None leaves it"): neither set nor read, not checked.

@@ -2,8 +2,9 @@
 
 No ConnectX port exists here, so its sysfs files (vendor 0x15b3, RoCE ECN switches, MSI IRQs, NUMA-local
 CPUs) and cpufreq are laid out in a temporary tree (HICACHE_SYSFS_ROOT); the program reads and writes
-those files exactly as it would under /sys and /proc. MTU, rings and QoS go through ip/ethtool/mlnx_qos,
-which act on real devices: they are covered by the nic_tuning Molecule scenario (MTU) or reported
+those files exactly as it would under /sys and /proc. MTU, rings and QoS go through ip/ethtool/mlnx_qos
+(or iproute2's dcb on the distribution's mlx5), which act on real devices: they are covered by the nic_tuning
+Molecule scenario (MTU), by stand-ins in test_nic_tuning_samples.py (ethtool, dcb, mlnx_qos), or reported
 unavailable here.
 """
 

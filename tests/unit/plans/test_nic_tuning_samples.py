@@ -2,7 +2,8 @@
 each file comes from): MLNX_OFED/DOCA's mlx5 (a bond over two storage ports, a front-end port), the same with RoCE LAG
 (both ports of one NIC in an 802.3ad bond: one RDMA device, mlx5_bond_0), the distribution's inbox mlx5 (a VLAN over
 the storage port, no ECN tree) and an IPoIB port. `ip` is the samples' stand-in
-(tests/samples/nic/bin/ip); every other tool is absent, so what needs it is reported as such.
+(tests/samples/nic/bin/ip), and iproute2's `dcb` where a test puts it on PATH (tests/samples/dcb/bin/dcb, answering from
+the dcb-*.json samples: tests/samples/dcb/README.md); every other tool is absent, so what needs it is reported as such.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from hicachectl.plans import nic_tuning
 
 PROGRAM = ROOT / "roles/nic_tuning/files/hicache-nic-tuning"
 SAMPLES = ROOT / "tests/samples/nic"
+DCB_SAMPLES = ROOT / "tests/samples/dcb"
 SERVER = "172.16.10.20"
 
 
@@ -240,6 +242,13 @@ def test_each_sample_is_described_in_the_readme(name):
     assert f"## {name}" in (SAMPLES / "README.md").read_text()
 
 
+def test_each_dcb_sample_is_described_in_its_readme_with_its_source():
+    readme = (DCB_SAMPLES / "README.md").read_text()
+    names = sorted(p.name for p in DCB_SAMPLES.glob("dcb-*.json"))
+    assert len(names) == 5 and all(f"`{name}`" in readme for name in names)
+    assert all(json.loads((DCB_SAMPLES / name).read_text()) is not None for name in names)
+
+
 def test_every_symlink_in_the_samples_points_at_a_file_a_clone_has():
     """git keeps no empty directory: a sample's `driver -> ../../bus/pci/drivers/mlx5_core` resolves in the tree it was
     written in and dangles in a fresh clone (ansible-galaxy's build refuses a dangling link, and the program reads the
@@ -267,7 +276,8 @@ def with_ethtool(tmp_path: pathlib.Path, rx: int = 8192) -> None:
 def test_inbox_mlx5_with_the_shipped_defaults_is_degraded_with_named_gaps_never_failed(tmp_path):
     """The distribution's mlx5 has no OFED ECN tree and the distribution ships no mlnx_qos (it is MLNX_OFED/DOCA's
     mlnx-tools): trust/PFC failed every inbox host with the shipped defaults ("mlnx_qos is not installed") while the
-    test above looked at ECN only."""
+    test above looked at ECN only. Neither mlnx_qos nor iproute2's dcb is on PATH here: only then is QoS a named gap
+    (with dcb, test_inbox_mlx5_sets_trust_and_pfc_with_dcb_where_mlnx_qos_is_absent)."""
     root, tool = sample(tmp_path, "inbox-mlx5")
     with_ethtool(tmp_path)
     config = {**nic_tuning.desired(deployment("vast", storage_localports=["10.10.0.5"])), "channels": None}
@@ -275,11 +285,137 @@ def test_inbox_mlx5_with_the_shipped_defaults_is_degraded_with_named_gaps_never_
     verdict = nic_tuning.nic_verdict(report, asked=True)
     assert verdict["failures"] == [], verdict
     assert sorted(g.split(":")[0] for g in verdict["driver_gaps"]) == ["ens1f0np0 ecn", "ens1f0np0 qos"]
-    assert any("MLNX_OFED/DOCA's mlnx-tools" in g for g in verdict["driver_gaps"] if g.startswith("ens1f0np0 qos"))
+    assert any("MLNX_OFED/DOCA's mlnx-tools" in g and "iproute2's dcb (iproute2 5.12 or later)" in g
+               for g in verdict["driver_gaps"] if g.startswith("ens1f0np0 qos"))
     # hicache_nic_ecn_required makes ECN's gap a failure, not the QoS one
     required = nic_tuning.nic_verdict(report, asked=True, ecn_required=True)
     assert [f.split(":")[0] for f in required["failures"]] == ["ens1f0np0 ecn"]
     assert [g.split(":")[0] for g in required["driver_gaps"]] == ["ens1f0np0 qos"]
+
+
+# DSCP d -> priority d >> 3 for every DSCP: the map mlnx_qos --trust dscp writes (mlnx-tools python/Python/dcbnetlink.py,
+# setDefaultAppEntry), and the one the mlx5 firmware starts with (tests/samples/dcb/README.md)
+DEFAULT_MAP = [f"{d}:{d >> 3}" for d in range(64)]
+PFC_3 = ["0:off", "1:off", "2:off", "3:on", "4:off", "5:off", "6:off", "7:off"]  # dcb-pfc.8: PFC-MAPPING := PRIO:{on|off}
+
+
+def with_dcb(tmp_path: pathlib.Path, app: str | None, pfc: str | None, port: str = "ens1f0np0", **env: str) -> pathlib.Path:
+    """iproute2's dcb as a stand-in (tests/samples/dcb/bin/dcb) on the program's PATH, its port state copied from the
+    dcb-*.json samples (None: the port has no DCB); returns the state directory, whose argv.log records every call."""
+    state = tmp_path / "dcb-state"
+    state.mkdir()
+    for obj, name in (("app", app), ("pfc", pfc)):
+        if name:
+            shutil.copy(DCB_SAMPLES / name, state / f"{obj}-{port}.json")
+    exports = " ".join(f"{k}={v}" for k, v in {"HICACHE_DCB_STATE": str(state), **env}.items())
+    wrapper = python_only(tmp_path) / "dcb"
+    wrapper.write_text(f"#!/bin/sh\n{exports} exec python3 {DCB_SAMPLES / 'bin/dcb'} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return state
+
+
+def dcb_calls(state: pathlib.Path) -> list[list[str]]:
+    log = state / "argv.log"
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def inbox_vast():
+    """The shipped vast profile on the inbox sample: trust dscp, PFC on priority 3 (hicache_nic_pfc_priorities [3])."""
+    return {**nic_tuning.desired(deployment("vast", storage_localports=["10.10.0.5"])), "channels": None}
+
+
+def test_inbox_mlx5_sets_trust_and_pfc_with_dcb_where_mlnx_qos_is_absent(tmp_path):
+    """#34: with the distribution's mlx5 and no mlnx_qos, trust and PFC were a named gap ("not offered") on every inbox
+    host. Through DCB netlink (iproute2's dcb) the vast profile's trust dscp and PFC on priority 3 are read, set, and
+    read back as set; only a host with neither tool keeps the gap (the test above)."""
+    root, tool = sample(tmp_path, "inbox-mlx5")
+    with_ethtool(tmp_path)
+    state = with_dcb(tmp_path, app="dcb-app-dscp-prio-none.json", pfc="dcb-pfc-prio-pfc-off.json")
+    config = inbox_vast()
+    assert config["qos_trust"] == "dscp" and config["pfc"] == [0, 0, 0, 1, 0, 0, 0, 0]
+    _, report = program((root, tool), "--check-json", config)
+    assert not [g for g in report["not_offered"] if " qos" in g["what"]] and not [u for u in report["unavailable"] if " qos" in u["what"]]
+    qos = {c["what"]: c for c in report["changes"] if " qos" in c["what"]}
+    assert qos["ens1f0np0 qos trust"]["current"] == "pcp" and qos["ens1f0np0 qos trust"]["wanted"] == "dscp"
+    assert qos["ens1f0np0 qos trust"]["apply"] == ["dcb", "app", "add", "dev", "ens1f0np0", "dscp-prio", *DEFAULT_MAP]
+    assert qos["ens1f0np0 qos pfc"]["current"] == [0] * 8 and qos["ens1f0np0 qos pfc"]["wanted"] == [0, 0, 0, 1, 0, 0, 0, 0]
+    assert qos["ens1f0np0 qos pfc"]["apply"] == ["dcb", "pfc", "set", "dev", "ens1f0np0", "prio-pfc", *PFC_3]
+    assert "toggles the port's link" in qos["ens1f0np0 qos pfc"]["note"]
+    assert dcb_calls(state) == [["dcb", "-j", "app", "show", "dev", "ens1f0np0", "dscp-prio"],
+                                ["dcb", "-j", "pfc", "show", "dev", "ens1f0np0", "prio-pfc"]]  # a check changes nothing
+    verdict = nic_tuning.nic_verdict(report, asked=True)
+    assert [g.split(":")[0] for g in verdict.get("driver_gaps", [])] == ["ens1f0np0 ecn"]  # QoS is no gap any more
+    rc, applied = program((root, tool), "--apply-json", config)
+    assert {"ens1f0np0 qos trust", "ens1f0np0 qos pfc"} <= set(applied["applied"]) and not [f for f in applied["failed"] if " qos" in f["what"]]
+    assert [c for c in dcb_calls(state) if c[1] != "-j"] == [["dcb", "app", "add", "dev", "ens1f0np0", "dscp-prio", *DEFAULT_MAP],
+                                                            ["dcb", "pfc", "set", "dev", "ens1f0np0", "prio-pfc", *PFC_3]]
+    # the port now shows what a port trusting DSCP with the default map and PFC on priority 3 shows
+    assert json.loads((state / "app-ens1f0np0.json").read_text()) == json.loads((DCB_SAMPLES / "dcb-app-dscp-prio-default.json").read_text())
+    assert (state / "pfc-ens1f0np0.json").read_text() == (DCB_SAMPLES / "dcb-pfc-prio-pfc-3.json").read_text()
+    _, again = program((root, tool), "--check-json", config)
+    assert not [c for c in again["changes"] if " qos" in c["what"]]
+    settled = nic_tuning.nic_verdict(again, asked=True)
+    assert not [x for x in settled["failures"] + settled["gaps"] + settled.get("driver_gaps", []) if " qos" in x]
+
+
+@pytest.mark.parametrize("app", ["dcb-app-dscp-prio-default.json", "dcb-app-dscp-prio-default-6.1.json"])
+def test_inbox_mlx5_already_trusting_dscp_with_pfc_on_3_is_left_alone(tmp_path, app):
+    """Both JSON forms of dcb app show (iproute2 6.5 and later add a third item to each entry) read as trust dscp."""
+    root, tool = sample(tmp_path, "inbox-mlx5")
+    state = with_dcb(tmp_path, app=app, pfc="dcb-pfc-prio-pfc-3.json")
+    _, report = program((root, tool), "--apply-json", inbox_vast())
+    assert not [c for c in report["changes"] if " qos" in c["what"]] and not [u for u in report["unavailable"] if " qos" in u["what"]]
+    assert all(call[1] == "-j" for call in dcb_calls(state))  # read only
+
+
+def test_inbox_mlx5_trust_pcp_flushes_the_dscp_entries(tmp_path):
+    """mlx5 goes back to trust PCP when its last DSCP APP entry goes (en_dcbnl.c, mlx5e_dcbnl_ieee_delapp)."""
+    root, tool = sample(tmp_path, "inbox-mlx5")
+    state = with_dcb(tmp_path, app="dcb-app-dscp-prio-default.json", pfc="dcb-pfc-prio-pfc-3.json")
+    config = {**inbox_vast(), "qos_trust": "pcp"}
+    _, report = program((root, tool), "--check-json", config)
+    trust = next(c for c in report["changes"] if c["what"] == "ens1f0np0 qos trust")
+    assert (trust["current"], trust["wanted"], trust["apply"]) == ("dscp", "pcp", ["dcb", "app", "flush", "dev", "ens1f0np0", "dscp-prio"])
+    program((root, tool), "--apply-json", config)
+    assert (state / "app-ens1f0np0.json").read_text() == (DCB_SAMPLES / "dcb-app-dscp-prio-none.json").read_text()
+
+
+def test_dcb_without_dcb_app_or_a_port_without_dcb_is_a_reason_not_a_gap_of_the_driver(tmp_path):
+    """iproute2 5.11 had dcb and dcb pfc, not dcb app: trust is a reason naming the release, PFC is still set."""
+    root, tool = sample(tmp_path, "inbox-mlx5")
+    with_dcb(tmp_path, app="dcb-app-dscp-prio-none.json", pfc="dcb-pfc-prio-pfc-off.json", HICACHE_DCB_NO_APP="1")
+    _, report = program((root, tool), "--check-json", inbox_vast())
+    reasons = {u["what"]: u["reason"] for u in report["unavailable"]}
+    assert reasons["ens1f0np0 qos trust"] == ('dcb -j app show dev ens1f0np0 dscp-prio: Object "app" is unknown '
+                                              "(dcb app came with iproute2 5.12)")
+    assert [c["what"] for c in report["changes"] if " qos" in c["what"]] == ["ens1f0np0 qos pfc"]
+    assert not [g for g in report["not_offered"] if " qos" in g["what"]]
+    other = tmp_path / "no-dcb"
+    other.mkdir()
+    root2, _ = sample(other, "inbox-mlx5")
+    with_dcb(other, app=None, pfc=None)
+    _, report = program((root2, tool), "--check-json", inbox_vast())
+    reasons = {u["what"]: u["reason"] for u in report["unavailable"]}
+    assert reasons["ens1f0np0 qos pfc"] == "dcb -j pfc show dev ens1f0np0 prio-pfc: Attribute read: Operation not supported"
+
+
+MLNX_QOS = ("DCBX mode: OS controlled\nPriority trust state: pcp\nCable len: 7\nPFC configuration:\n"
+            "\tpriority    0   1   2   3   4   5   6   7\n\tenabled     0   0   0   0   0   0   0   0   \n")  # mlnx_qos pretty_print
+
+
+def test_where_mlnx_qos_is_installed_it_is_used_and_dcb_is_not(tmp_path):
+    """The mlnx_qos path stays as it was wherever mlnx_qos exists, with dcb installed too (an inbox host with mlnx-tools).
+    The stand-in prints what mlnx-tools python/mlnx_qos pretty_print prints (its format strings)."""
+    root, tool = sample(tmp_path, "inbox-mlx5")
+    state = with_dcb(tmp_path, app="dcb-app-dscp-prio-none.json", pfc="dcb-pfc-prio-pfc-off.json")
+    mlnx_qos = python_only(tmp_path) / "mlnx_qos"
+    mlnx_qos.write_text(f"#!/bin/sh\nprintf '{MLNX_QOS}'\n")
+    mlnx_qos.chmod(0o755)
+    _, report = program((root, tool), "--check-json", inbox_vast())
+    qos = [c for c in report["changes"] if " qos" in c["what"]]
+    assert qos == [{"what": "ens1f0np0 qos", "current": {"trust": "pcp", "pfc": [0] * 8}, "wanted": {"trust": "dscp", "pfc": [0, 0, 0, 1, 0, 0, 0, 0]},
+                    "apply": ["mlnx_qos", "-i", "ens1f0np0", "--trust", "dscp", "--pfc", "0,0,0,1,0,0,0,0"]}]
+    assert dcb_calls(state) == []
 
 
 def test_with_ofed_a_missing_mlnx_qos_is_a_broken_install_and_fails(tmp_path):
