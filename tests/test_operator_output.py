@@ -11,6 +11,7 @@ import http.server
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -124,7 +125,7 @@ def test_a_deploy_says_each_change_once_as_it_happens(replay):
     assert "changed:" not in result.stdout
 
 
-@pytest.mark.parametrize("args", [("deploy", "--check"), ("plan",), ("deploy", "--diff")])
+@pytest.mark.parametrize("args", [("deploy", "--check", "--diff"), ("plan", "--diff"), ("deploy", "--diff")])
 def test_a_check_or_a_diff_lists_every_change_with_its_content_once(replay, args):
     result, _ = replay(*args)
     verb = "changed" if args == ("deploy", "--diff") else "would change"
@@ -134,6 +135,16 @@ def test_a_check_or_a_diff_lists_every_change_with_its_content_once(replay, args
     assert said(result.stdout, f"gpu-a: {verb}: {LOOP} [router-1]") == 1
     assert "... changed" not in result.stderr, result.stderr  # said once: in the report, with its content
     assert said(result.stdout, "+new line") == 2
+
+
+@pytest.mark.parametrize("args", [("plan",)])
+def test_a_plan_without_diff_says_each_change_in_one_line_with_its_size(replay, args):
+    """#34: a first plan short enough to read; the content is --diff's (and --json's)."""
+    result, _ = replay(*args)
+    for item in ("start.sh", "run.sh"):
+        line = next(x for x in result.stdout.splitlines() if x.startswith(f"gpu-a: would change: {INSTALL} [{item}]"))
+        assert re.search(r"\((new, \d+ line\(s\)|\+\d+ -\d+ line\(s\))\)$", line), line
+    assert said(result.stdout, "+++ /opt/sglang-hicache/cfg/") == 0 and said(result.stdout, "+new line") == 0
 
 
 def test_a_host_the_run_never_reached_gets_no_note_about_a_lock(replay):

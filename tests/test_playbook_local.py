@@ -85,7 +85,7 @@ def test_plan_shows_the_planned_files_and_touches_nothing(tmp_path, base):
     group_vars = inventory / "group_vars/all.yml"
     settings = yaml.safe_load(group_vars.read_text()) | {"hicache_base_dir": str(base), "hicache_cache_dir": f"{base}/l3"}
     group_vars.write_text(yaml.safe_dump(settings))  # a key written twice would be refused
-    proc = cli("plan", "--inventory", str(inventory), check_rc=0)
+    proc = cli("plan", "--inventory", str(inventory), "--diff", check_rc=0)
     assert "localhost: would change: Install start.sh, run.sh, serve.sh and the backend config [start.sh]" in proc.stdout
     assert "+  --hicache-storage-backend file" in proc.stdout
     # No GPU and no container engine here: the local profile tolerates it, so localhost is degraded, never ok.

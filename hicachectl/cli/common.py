@@ -281,20 +281,42 @@ def run_table(hosts: Iterable, *, check: bool, verb: str, hidden) -> str:
     return report.table(["host", "status", "ok", "changed", "failed", "reason"], rows, width=TABLE_WIDTH)
 
 
+def _same_changes(hosts, hidden) -> list[tuple[str, list]]:
+    """(the hosts' names as one, their changes) for each group of hosts with the same changes, in host order; a host
+    without changes is in none."""
+    import json as jsonlib
+
+    from hicachectl.config import secrets
+    from hicachectl.rules import compact_hosts
+
+    groups: dict[str, list] = {}
+    for name, host in hosts:
+        if host.changes:
+            key = secrets.mask_text(jsonlib.dumps([[c.task, c.item, c.diff] for c in host.changes], sort_keys=True, default=str), hidden)
+            groups.setdefault(key, [name, host.changes, []])[2].append(name)
+    return [(compact_hosts(names, limit=len(names)), changes) for _, changes, names in groups.values()]
+
+
 def _run_lines(result, *, check: bool, verb: str, show_diff: bool, hidden) -> Iterable[str]:
     from hicachectl.config import secrets
     from hicachectl.formats import report
 
     hosts = sorted(result.hosts.items())
     if lists_changes(check, show_diff):
-        for name, host in hosts:
-            for change in host.changes:
-                yield f"{name}: {verb}: {change.task}" + (f" [{change.item}]" if change.item else "")
+        # Hosts whose changes are the same, content and all, are said once (gpu-[01:08]: would change: ...): a first
+        # plan of a fleet is as long as one host's. Without --diff a change is one line with its size.
+        for names, changes in _same_changes(hosts, hidden):
+            for change in changes:
+                line = f"{names}: {verb}: {change.task}" + (f" [{change.item}]" if change.item else "")
                 if show_diff:
+                    yield line
                     for entry in change.diff:
                         text = secrets.mask_text(report.unified_diff(entry), hidden)
                         if text:
                             yield text.rstrip("\n")
+                else:
+                    size = report.diff_summary(list(change.diff))
+                    yield line + (f" ({size})" if size else "")
     # Every record in full, one line each (an SSH error's own line breaks as " / "), before the table that wraps them.
     for name, host in hosts:
         for failure in host.failures:

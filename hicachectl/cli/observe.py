@@ -22,10 +22,12 @@ from hicachectl.plans.plan import INFO, MISSING, WARN
 
 @common.with_vault
 def plan(inventory: str = common.InventoryOpt, limit: str | None = common.LimitOpt, json: bool = common.JsonOpt,
-         diff: bool = typer.Option(True, "--diff/--no-diff", help="Show the content of each planned change."),
+         diff: bool = typer.Option(False, "--diff/--no-diff", help="Show the content of each planned change (without it, one line "
+                                                                 "per change with the lines it adds and removes)."),
          detailed_exitcode: bool = typer.Option(False, "--detailed-exitcode", help="Exit 0 when nothing would change, 2 when changes "
                                                 "are pending, 1 on an error or a change deploy would refuse (for CI to gate on).")) -> None:
-    """Dry run: what a deploy would change on each host (Ansible check mode with diff). Changes nothing."""
+    """Dry run: what a deploy would change on each host (Ansible check mode), hosts with the same changes said once;
+    --diff shows each change's content (--json always holds it). Changes nothing."""
     cli_change.run_and_report("site.yml", inventory, limit, json, check=True, show_diff=diff, verb="would change",
                               detailed_exitcode=detailed_exitcode)
 

@@ -98,6 +98,32 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+def diff_summary(diffs: list[dict[str, Any]]) -> str:
+    """A change's diff entries in a few words, for a plan read without --diff: the lines added and removed, or
+    "new, N lines"; '' when the change has no diff (a service started, a package installed)."""
+    added = removed = 0
+    new = True
+    for diff in diffs:
+        if "prepared" in diff:
+            new = False
+            body = str(diff["prepared"]).splitlines()
+            added += sum(1 for line in body if line.startswith("+") and not line.startswith("+++"))
+            removed += sum(1 for line in body if line.startswith("-") and not line.startswith("---"))
+            continue
+        before, after = diff.get("before", ""), diff.get("after", "")
+        if isinstance(before, dict) or isinstance(after, dict):
+            before = "\n".join(f"{k}: {v}" for k, v in (before or {}).items())
+            after = "\n".join(f"{k}: {v}" for k, v in (after or {}).items())
+        before, after = str(before or ""), str(after or "")
+        new = new and not before
+        for line in difflib.ndiff(before.splitlines(), after.splitlines()):
+            added += line.startswith("+ ")
+            removed += line.startswith("- ")
+    if not diffs or not (added or removed):
+        return ""
+    return f"new, {added} line(s)" if new else f"+{added} -{removed} line(s)"
+
+
 def unified_diff(diff: dict[str, Any]) -> str:
     """One Ansible diff entry (before/after with headers) as a unified diff; a long file as one line saying it is
     updated (or new), with its sha256 before and after."""

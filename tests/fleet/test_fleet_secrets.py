@@ -53,7 +53,7 @@ def secret_fleet(fleet3):
 
 def test_plan_and_deploy_never_show_a_secret_and_the_server_gets_it(secret_fleet):
     inventory = secret_fleet.inventory(extra_vars=variables(ENV_SECRET), name="secrets")
-    for args in (("plan",), ("plan", "--json")):
+    for args in (("plan", "--diff"), ("plan", "--json")):  # --diff: every file's content, the old and the new
         proc = cli(*args, "--inventory", str(inventory))
         assert_hidden(proc.stdout + proc.stderr, TOKEN, ENV_SECRET, ADMIN_KEY)
     deploy = cli("deploy", "--inventory", str(inventory), "--diff", check_rc=0)
@@ -92,7 +92,7 @@ def test_plan_and_deploy_never_show_a_secret_and_the_server_gets_it(secret_fleet
 def test_a_rotated_secret_restarts_the_server_and_leaves_no_copy_of_the_old_one(secret_fleet):
     host = next(iter(secret_fleet.hosts))
     inventory = secret_fleet.inventory(extra_vars=variables(NEW_SECRET), name="secrets-rotated")
-    plan = cli("plan", "--inventory", str(inventory), "--limit", host)
+    plan = cli("plan", "--inventory", str(inventory), "--limit", host, "--diff")
     assert_hidden(plan.stdout + plan.stderr, TOKEN, ENV_SECRET, NEW_SECRET)
     report = cli_json("deploy", "--inventory", str(inventory), "--limit", host)
     assert report["ok"], report
@@ -150,7 +150,7 @@ def test_a_vault_inventory_deploys_and_no_output_log_file_or_process_shows_its_s
     outputs = [cli("validate", "--inventory", str(inventory), "--vault-password-file", str(password), check_rc=0),
                cli("render", "--inventory", str(inventory), "--vault-password-file", str(password), check_rc=0),
                cli("render", "--inventory", str(inventory), "--json", env=by_env, check_rc=0),
-               cli("plan", "--inventory", str(inventory), "--vault-password-file", str(password), check_rc=0)]
+               cli("plan", "--inventory", str(inventory), "--vault-password-file", str(password), "--diff", check_rc=0)]
     listings, done = [], threading.Event()
 
     def sample_processes():  # the controller's and every host's process list, while the deploy runs
