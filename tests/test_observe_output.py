@@ -20,7 +20,7 @@ def test_doctor_shows_a_reported_value_not_info():
     table = cli_observe.doctor_verdict({"a": report}, {})["lines"][0]
     rows = {line.split()[0]: line for line in table.splitlines()[2:]}
     assert rows["kernel"].split()[1] == "6.1.0-28-amd64" and "info" not in table
-    assert rows["gpus"].split()[1] == "ok"
+    assert rows["gpus"].split(None, 1)[1] == "ok: 1x L4"  # a check that passed shows what was found (#34)
     assert rows["host_ram"].endswith("...") and len(rows["host_ram"].split(None, 1)[1]) == cli_observe.DOCTOR_CELL
 
 

@@ -17,7 +17,7 @@ import typer
 from hicachectl.cli import change as cli_change
 from hicachectl.cli import common
 from hicachectl.config import secrets
-from hicachectl.plans.plan import INFO, MISSING, WARN
+from hicachectl.plans.plan import INFO, MISSING, OK, WARN
 
 
 @common.with_vault
@@ -34,15 +34,17 @@ def plan(inventory: str = common.InventoryOpt, limit: str | None = common.LimitO
 
 @common.with_vault
 def doctor(inventory: str = common.InventoryOpt, limit: str | None = common.LimitOpt, json: bool = common.JsonOpt) -> None:
-    """What each host has (OS, GPUs, NICs, RDMA, NFS client, runtime, RAM, disk) against what its inventory needs.
+    """What each host has (OS, GPUs, NICs, RDMA, NFS client, runtime, RAM, disk) against what its inventory needs;
+    each router host too (OS, Python and its venv support, systemd, disk). A value where one was found.
 
     Exit 0: nothing required is missing; 1: a required item is missing; 2: a host could not be checked.
     """
     from hicachectl.cli import runner
 
     inv, deployments = common.guard(inventory, limit)
-    result = runner.run_playbook("doctor.yml", inv.path, limit=limit)
-    reports = {h: result.hosts[h].facts.get("hicache_preflight_report") if h in result.hosts else None for h in sorted(deployments)}
+    routers = sorted(getattr(inv, "routers", {}))  # the routers --limit matched: doctor.yml's router play judges them
+    result = runner.run_playbook("doctor.yml", inv.path, limit=limit, hosts=[*deployments, *routers], routers=routers)
+    reports = {h: result.hosts[h].facts.get("hicache_preflight_report") if h in result.hosts else None for h in [*sorted(deployments), *routers]}
     unchecked = {h: common.said(result.hosts[h].failures) if h in result.hosts else "not run" for h, r in reports.items() if r is None}
     verdict = doctor_verdict(reports, unchecked)
     common.finish(verdict["exit_code"], json, {"inventory": inv.name, "exit_code": verdict["exit_code"], "hosts": verdict["hosts"]},
@@ -72,12 +74,17 @@ DOCTOR_CELL = 40  # characters of a value shown in doctor's table; the whole det
 
 
 def _doctor_cell(check: Mapping[str, Any]) -> str:
-    """What doctor's table shows of one check: its outcome, or, for an item that is only reported (`info`: the
-    kernel, the RAM), the value itself."""
-    if check["status"] == INFO and check.get("detail"):
-        detail = " ".join(str(check["detail"]).split())
-        return detail if len(detail) <= DOCTOR_CELL else detail[:DOCTOR_CELL - 3] + "..."
-    return check["status"] + (" (required)" if check["blocking"] else "")
+    """What doctor's table shows of one check: for an item that is only reported (`info`: the kernel, the RAM) the
+    value itself; for one that passed, `ok` and the value found (`ok: 1x L4`); else the outcome (what is missing or
+    warned about is said in full below the table)."""
+    detail = " ".join(str(check.get("detail") or "").split())
+    if check["status"] == INFO and detail:
+        cell = detail
+    elif check["status"] == OK and detail:
+        cell = f"ok: {detail}"
+    else:
+        return check["status"] + (" (required)" if check["blocking"] else "")
+    return cell if len(cell) <= DOCTOR_CELL else cell[:DOCTOR_CELL - 3] + "..."
 
 
 @common.with_vault

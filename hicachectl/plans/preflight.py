@@ -75,17 +75,21 @@ def runtime_check(facts: dict[str, Any], d) -> Check:
     return _judged("container_runtime", True, f"{client}" + (f", engine {engine['detail']}" if engine.get("detail") else ""), needed, d)
 
 
+def host_checks(facts: dict[str, Any]) -> list[Check]:
+    """What every host of the toolkit is judged on, a server's or a router's: its OS, kernel and Python."""
+    os_info = facts.get("os", {})
+    os_key = (os_info.get("id"), str(os_info.get("version_id", "")).split(".")[0] if os_info.get("id") in ("rhel", "rocky", "almalinux") else os_info.get("version_id"))
+    python_ok = _version(facts.get("python", "0")) >= (3, 8)
+    return [Check("os", OK if os_key in SUPPORTED_OS else WARN,
+                  f"{os_info.get('pretty') or os_info.get('id')}" + ("" if os_key in SUPPORTED_OS else " (not a tested release: Debian 12, Ubuntu 22.04/24.04, RHEL 9)")),
+            Check("kernel", INFO, str(facts.get("kernel"))),
+            Check("python", OK if python_ok else MISSING, f"{facts.get('python')} on the host (Ansible needs 3.8+)", required=True)]
+
+
 def judge(facts: dict[str, Any], d, ansible_version: str | None = None) -> list[Check]:
     """Every item, judged against what the inventory needs; hicache_strict plays no part."""
     needed = needs(d)
-    checks: list[Check] = []
-    os_info = facts.get("os", {})
-    os_key = (os_info.get("id"), str(os_info.get("version_id", "")).split(".")[0] if os_info.get("id") in ("rhel", "rocky", "almalinux") else os_info.get("version_id"))
-    checks.append(Check("os", OK if os_key in SUPPORTED_OS else WARN,
-                        f"{os_info.get('pretty') or os_info.get('id')}" + ("" if os_key in SUPPORTED_OS else " (not a tested release: Debian 12, Ubuntu 22.04/24.04, RHEL 9)")))
-    checks.append(Check("kernel", INFO, str(facts.get("kernel"))))
-    python_ok = _version(facts.get("python", "0")) >= (3, 8)
-    checks.append(Check("python", OK if python_ok else MISSING, f"{facts.get('python')} on the host (Ansible needs 3.8+)", required=True))
+    checks: list[Check] = host_checks(facts)
     if ansible_version:
         low, high = ANSIBLE_WINDOW
         in_window = low <= _version(ansible_version) <= high
@@ -129,12 +133,16 @@ def judge(facts: dict[str, Any], d, ansible_version: str | None = None) -> list[
 def report(facts: dict[str, Any], d, ansible_version: str | None = None) -> dict[str, Any]:
     """One host's judgement: every check, what the inventory needs and the host lacks, and the strictness
     that decides whether a deploy fails on it (doctor does not ask)."""
-    checks = judge(facts, d, ansible_version)
+    return summary(judge(facts, d, ansible_version), strict=bool(d.strict))
+
+
+def summary(checks: list[Check], *, strict: bool) -> dict[str, Any]:
+    """The report of a host's checks, as doctor and the preflight role read it."""
     return {"checks": [dataclasses.asdict(c) | {"blocking": c.blocking} for c in checks],
             "required_missing": [f"{c.item}: {c.detail}" for c in checks if c.blocking],
             "warnings": [f"{c.item}: {c.detail}" for c in checks if c.status == WARN],
             "not_checked": [f"{c.item}: {c.detail}" for c in checks if c.status == NOT_CHECKED],
-            "strict": bool(d.strict)}
+            "strict": strict}
 
 
 def host_status(host_report: dict[str, Any] | None) -> str:

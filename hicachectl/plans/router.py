@@ -207,6 +207,32 @@ def check_router_host(host: str, variables: Mapping[str, Any]) -> tuple[Any, lis
     return rules.check_host(host, variables, role="router")
 
 
+# --- doctor ------------------------------------------------------------------------------------------
+
+# Space the router's virtualenv and wheelhouse take, with room to spare (smg's wheel and its dependencies).
+ROUTER_MIN_FREE_GB = 1
+
+
+def doctor_report(d, facts: Mapping[str, Any], python_missing: str) -> dict[str, Any]:
+    """doctor's judgement of a router host (`facts`: hicache_host_facts' answer; `python_missing`: the packages the
+    router role would install for its virtualenv, as its own probe prints them). The report has preflight's shape."""
+    from hicachectl.plans import preflight
+    from hicachectl.plans.plan import MISSING, OK, WARN, Check
+
+    checks = preflight.host_checks(dict(facts))
+    checks.append(Check("systemd", OK if facts.get("systemd") else MISSING,
+                        "systemd runs the host" if facts.get("systemd") else f"the router runs as the systemd unit {d.router_service_name}.service", required=True))
+    missing = python_missing.split()
+    checks.append(Check("python_venv", WARN if missing else OK,
+                        f"{' '.join(missing)} missing: the router role installs it with the host's package manager" if missing
+                        else "venv and packaging (the router's virtualenv)"))
+    disk = facts.get("disk") or {}
+    free = disk.get("free_gb")
+    enough = free is not None and free >= ROUTER_MIN_FREE_GB
+    checks.append(Check("disk", OK if enough else WARN, f"{free} GB free at {disk.get('path')} (want {ROUTER_MIN_FREE_GB} for {d.router_dir})"))
+    return preflight.summary(checks, strict=True)
+
+
 # --- verify -----------------------------------------------------------------------------------------
 
 def probes(models: Iterable[str], salt: str) -> list[dict]:

@@ -49,6 +49,16 @@ def _servers(servers, all_hostvars):
     return found
 
 
+def hicache_router_dir(variables, host):
+    """The router's directory (hicache_router_dir, its default applied): where doctor measures the free space."""
+    return _router(variables, host).router_dir
+
+
+def hicache_router_doctor(variables, host, facts, python_missing=""):
+    """doctor's report of a router host (hicachectl/plans/router.py doctor_report), preflight's shape."""
+    return router.doctor_report(_router(variables, host), plain(facts), str(python_missing or ""))
+
+
 def hicache_router_plan(variables, host, servers, all_hostvars=None):
     """What the router role does on `host` (its variables: the hicache_vars lookup) for the servers."""
     d = _router(variables, host)
@@ -85,4 +95,5 @@ def hicache_router_judge(observed, plan):
 
 class FilterModule:
     def filters(self):
-        return {f.__name__: f for f in (hicache_servers, hicache_router_plan, hicache_router_extra_workers, hicache_router_probes, hicache_router_judge)}
+        return {f.__name__: f for f in (hicache_servers, hicache_router_plan, hicache_router_extra_workers, hicache_router_probes, hicache_router_judge,
+                                        hicache_router_dir, hicache_router_doctor)}

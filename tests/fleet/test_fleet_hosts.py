@@ -84,6 +84,22 @@ def test_doctor_prints_one_table_and_the_same_json(fleet3):
         assert f"{host}: rpcrdma: " in text
 
 
+def test_doctor_judges_router_hosts_in_their_own_column_with_values(fleet3):
+    """#34: a router host has its own column (OS, Python and its venv support, systemd, disk), and a check that
+    passed shows what was found, not only `ok`."""
+    *servers, router = list(fleet3.hosts)
+    inventory = fleet3.inventory(profile="vast", name="vast-doctor-router", routers=(router,))
+    text = cli("doctor", "--inventory", str(inventory), check_rc=1).stdout
+    assert text.splitlines()[0].split() == ["item", *sorted(servers), router]
+    data = cli_json("doctor", "--inventory", str(inventory), check_rc=1)
+    judged = {c["item"]: c for c in data["hosts"][router]["checks"]}
+    assert {"os", "kernel", "python", "systemd", "python_venv", "disk"} <= set(judged), judged
+    assert judged["systemd"]["status"] == "ok" and judged["python"]["status"] == "ok" and data["hosts"][router]["status"] == "ok"
+    assert "rpcrdma" not in judged  # a router mounts no tier
+    python_row = next(line for line in text.splitlines() if line.startswith("python "))
+    assert "ok: 3." in python_row and " ok " not in f"{python_row} "  # the version found, on every host
+
+
 def test_doctor_exit_codes_say_what_is_missing_or_unchecked(fleet3):
     strict = fleet3.inventory(profile="vast", name="vast-strict")
     run = cli("doctor", "--inventory", str(strict))

@@ -83,7 +83,7 @@ MISSING_REPORT = {"checks": [check("gpus", "missing", "no GPU", blocking=True), 
 def test_doctor_every_host_has_what_it_needs_is_exit_0():
     verdict = cli_observe.doctor_verdict({"a": OK_REPORT, "b": OK_REPORT}, {})
     assert verdict["exit_code"] == 0 and {h: e["status"] for h, e in verdict["hosts"].items()} == {"a": "ok", "b": "ok"}
-    assert verdict["lines"] == ["item        a           b\n----------  ----------  ----------\ngpus        ok          ok\n"
+    assert verdict["lines"] == ["item        a           b\n----------  ----------  ----------\ngpus        ok: 1x L4   ok: 1x L4\n"
                                 "nfs_client  not needed  not needed"]
 
 
@@ -91,7 +91,7 @@ def test_doctor_a_required_item_missing_is_exit_1_and_named():
     verdict = cli_observe.doctor_verdict({"a": OK_REPORT, "b": MISSING_REPORT}, {})
     assert verdict["exit_code"] == 1 and verdict["hosts"]["b"]["status"] == "missing"
     table, *said = verdict["lines"]
-    assert "gpus        ok          missing (required)" in table and "nfs_client  not needed  -" in table
+    assert "gpus        ok: 1x L4   missing (required)" in table and "nfs_client  not needed  -" in table
     assert said == ["b: gpus: no GPU [required by the inventory]", "b: disk: 5 GB free"]
 
 
