@@ -5,9 +5,10 @@ each failure with its likely cause. Pure, so every conclusion is tested without 
 
 The L3 proof (`--l3`): a long prompt, new to every server, is written to L3 by a *writer*, the server is
 restarted (its device and host pools start empty), and the same prompt sent to it must be answered from
-L3. A host alone is its own writer. Hosts that share one L3 tier (the same `hicache_l3_share`) prove the
-sharing: sorted by name, each host's writer is the one before it (the first's is the last), so every
-server reads pages another server wrote, and every server writes pages another reads.
+L3. A host alone is its own writer. Hosts that share one L3 tier (the same `hicache_l3_share`) and serve one
+model prove the sharing: sorted by name, each host's writer is the one before it (the first's is the last), so
+every server reads pages another server wrote, and every server writes pages another reads (ring_key: a tier
+that holds several models has one ring per model).
 """
 
 from __future__ import annotations
@@ -33,11 +34,22 @@ PAGE_FORMAT_INFO = (("served_model_name", "model"), ("revision", "model revision
                     ("hicache_mem_layout", "memory layout"), ("hicache_storage_backend", "backend"))
 
 
-def writers(shares: Mapping[str, str | None]) -> dict[str, str]:
-    """Each host's writer in the L3 proof, from each host's hicache_l3_share (the hosts of the play only).
+def ring_key(d) -> tuple[str, str] | None:
+    """The ring of the L3 proof a server (its Deployment) belongs to: its hicache_l3_share and the model it serves
+    (hicache_model_repo, else hicache_model_path). Servers of one tier that serve other models write other pages on
+    purpose (a shared tier holds several models), so each model's servers prove the sharing among themselves; servers
+    of one model that differ in anything else stay in one ring, and the proof names the difference. None: no share."""
+    if not d.l3_share:
+        return None
+    return (str(d.l3_share), str(d.model_repo or d.model_path or ""))
 
-    Hosts of one share, sorted by name, form a ring: host i's writer is host i-1, the first's the last.
-    A host without a share, or alone in its share among the hosts of the play, is its own writer.
+
+def writers(shares: Mapping[str, Any]) -> dict[str, str]:
+    """Each host's writer in the L3 proof, from each host's ring (ring_key: its hicache_l3_share and model; the hosts of
+    the play only).
+
+    Hosts of one ring, sorted by name, form a ring: host i's writer is host i-1, the first's the last.
+    A host without a share, or alone in its ring among the hosts of the play, is its own writer.
     """
     groups: dict[str, list[str]] = {}
     for host, share in shares.items():

@@ -183,8 +183,10 @@ def _verify_writer(host, deployment, all_hostvars, play_hosts):
     """The Deployment of the host whose server writes this host's L3 proof (verify.writers over the play's hosts)."""
     if not deployment.l3_share or all_hostvars is None or not play_hosts:
         return deployment
-    shares = {name: all_hostvars[name].get("hicache_l3_share") for name in play_hosts if name != host}
-    writer = verify.writers({**shares, host: deployment.l3_share})[host]
+    # Only the hosts of this host's share are read in full (their model decides the ring); the others have no say.
+    rings = {name: verify.ring_key(_deployment(all_hostvars[name], name)) if all_hostvars[name].get("hicache_l3_share") == deployment.l3_share else None
+             for name in play_hosts if name != host}
+    writer = verify.writers({**rings, host: verify.ring_key(deployment)})[host]
     return deployment if writer == host else _deployment(all_hostvars[writer], writer)
 
 

@@ -441,3 +441,18 @@ def test_a_hit_below_the_prefetch_threshold_is_named_not_called_slow(local):
     cause = failed(result)["L3 hit after restart"]["cause"]
     assert "only 128 of the prompt's 300 tokens were found in L3, fewer than SGLang's prefetch threshold (256 tokens)" in cause
     assert "not prefetched in time" not in cause
+
+
+def test_servers_of_one_tier_serving_other_models_prove_the_sharing_among_themselves():
+    """A shared tier with two models (a budgeted tier's usual case): each model's servers form their own ring; a server
+    alone with its model is its own writer. One model's servers that differ in anything else stay in one ring."""
+    from types import SimpleNamespace as D
+
+    rings = {h: verify.ring_key(d) for h, d in {
+        "a1": D(l3_share="t", model_repo=None, model_path="/models/a"),
+        "a2": D(l3_share="t", model_repo=None, model_path="/models/a", page_size=32),
+        "b1": D(l3_share="t", model_repo=None, model_path="/models/b"),
+        "r1": D(l3_share="t", model_repo="org/a", model_path="/models/a"),
+        "solo": D(l3_share=None, model_repo=None, model_path="/models/a")}.items()}
+    assert rings["solo"] is None and rings["a1"] == rings["a2"] != rings["b1"]
+    assert verify.writers(rings) == {"a1": "a2", "a2": "a1", "b1": "b1", "r1": "r1", "solo": "solo"}
