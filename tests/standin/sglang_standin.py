@@ -41,6 +41,9 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+L3_CLEAR = "/hicache/storage-backend/clear"
+L3_CLEAR_LOG = "L3 CLEAR REQUESTED"
+
 
 def merge_config(argv):
     """SGLang's --config (utils/server_args_config_parser.py merge_config_with_args): the file's options, as flags,
@@ -319,6 +322,12 @@ def handler_for(server):
             if self.path == "/flush_cache":
                 refused = server.optional_admin_refusal(self.headers.get("Authorization"))
                 return self.send(*refused) if refused else self.send(200, "Cache flushed.\n", "text/plain")
+            if self.path == L3_CLEAR:
+                # SGLang's L3 clear (entrypoints/http_server.py clear_hicache_storage_backend): on a shared tier NIXL's
+                # deletes every deployment's files (sglang#32693). The toolkit never sends it; the stand-in says so
+                # loudly in its journal, which the fleet tests read, and clears nothing.
+                print(f"sglang-standin: {L3_CLEAR_LOG}", file=sys.stderr, flush=True)
+                return self.send(400, "the stand-in does not clear L3\n", "text/plain")
             if self.path != "/v1/chat/completions":
                 return self.send(404, {"error": "not found"})
             if not server.ready:
