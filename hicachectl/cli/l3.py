@@ -103,7 +103,9 @@ def l3(inventory: str = common.InventoryOpt, limit: str | None = common.LimitOpt
     for tier in tiers:
         host, listing, error = reports[tier.name]
         entry = {**tier.as_dict(), "read_on": host, "error": error, "path": (listing or {}).get("path"),
-                 "exists": (listing or {}).get("exists"), "namespaces": [r.as_dict() for r in decided.get(tier.name, [])]}
+                 "exists": (listing or {}).get("exists"), "fs": (listing or {}).get("fs"),
+                 "budget": core.budget(tier, deployments, decided.get(tier.name, []), (listing or {}).get("fs")),
+                 "namespaces": [r.as_dict() for r in decided.get(tier.name, [])]}
         if listing is None:
             code = common.EXIT_INVALID
         if prune:
@@ -135,6 +137,15 @@ def _lines(tiers, payload, decided, left_out, *, prune: bool, yes: bool, ok: boo
             yield f"tier {tier.name} ({who}): NOT READ: {entry['error']}"
             continue
         yield f"tier {tier.name} ({who}): {entry['path']}, read on {entry['read_on']}"
+        if entry.get("fs"):
+            yield f"  filesystem: {core.size(entry['fs']['free'])} free of {core.size(entry['fs']['size'])}"
+        if entry.get("budget"):
+            b = entry["budget"]
+            yield (f"  budget: {core.size(b['bytes'])} of {core.size(b['budget_bytes'])} ({b['fill']:.0%}), free-space floor "
+                   f"{b['free_floor_pct']}%, collected on {b['collector']}")
+            for name, spec in b["namespaces"].items():
+                share = f"{spec['share_pct']}%" if spec["share_pct"] is not None else "equal part"
+                yield f"    {name}: {core.size(spec['bytes'])} of its share {core.size(spec['quota_bytes'])} ({share})"
         if not entry["exists"]:
             yield "  the directory does not exist yet (no page written)"
         elif not decided[tier.name]:

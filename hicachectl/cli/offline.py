@@ -71,7 +71,8 @@ def render(inventory: str = common.InventoryOpt, host: str | None = typer.Option
     inv, deployments = common.guard(inventory, host, common.NOTHING_RENDERED, offline=True)
     routers = _router_deployments(inventory, inv)
     hidden = secrets.all_values([*deployments.values(), *(d for d, _ in routers.values())])  # shown as ******** (files holding secrets show their masked text)
-    per_host = {name: host_files.server_host_files(d) for name, d in deployments.items()}
+    fleet = common.check(inventory, None, offline=True)[1]  # every server: which one collects a tier with a budget
+    per_host = {name: host_files.server_host_files(d, fleet) for name, d in deployments.items()}
     per_host.update({name: host_files.router_host_files(d, servers) for name, (d, servers) in routers.items()})
     if out is not None:
         folders: dict[str, list[str]] = {}

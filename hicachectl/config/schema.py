@@ -323,6 +323,15 @@ VARIABLES: tuple[Var, ...] = (
     _v("hicache_l3_share", "str", None, "Name of the L3 tier this host shares with the other hosts that give the same name (one export mounted on all of them); "
        "`verify --l3` then proves that a page one of them wrote is a hit on another. None: this host's L3 is its own.",
        domain=Domain("a name of letters, digits and . _ -", "vast-prod", "l3-share", pattern=r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")),
+    _v("hicache_l3_budget_gb", "float", None, "Capacity budget of this server's L3 tier in GB (1e9 bytes), the same on every server of the tier: one of them "
+       "(the first in the inventory) runs a collector that evicts the least recently used pages across the tier's namespaces and models to keep them "
+       "within it (docs/operations.md). None: no collector; the tier is bounded by SGLang's own eviction, if any.",
+       domain=Domain("a number of GB above 0", 500, "range", low=0, low_open=True)),
+    _v("hicache_l3_free_floor_pct", "int", 10, "With hicache_l3_budget_gb: the collector also evicts while the tier's filesystem has less than this "
+       "percentage free (other data shares it).", domain=Domain("a percentage, 0-90", 10, "range", low=0, high=90)),
+    _v("hicache_l3_namespace_share_pct", "int", None, "With hicache_l3_budget_gb: the percentage of the budget this server's namespace may hold. "
+       "None: the namespaces without a share split equally what the given shares leave.", domain=Domain("a percentage, 1-100", 50, "range", low=1, high=100)),
+    _v("hicache_l3_collect_interval_min", "int", 10, "With hicache_l3_budget_gb: minutes between two runs of the tier's collector.", domain=POSITIVE),
     _v("hicache_skip_server_warmup", "bool", False, "--skip-server-warmup.", flag="--skip-server-warmup"),
     _v("hicache_enable_metrics", "bool", True, "--enable-metrics: needed to see L3 hits (verify, bench)."),
     _v("hicache_enable_cache_report", "bool", True, "--enable-cache-report: cached_tokens in every response (verify, bench)."),

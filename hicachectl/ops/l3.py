@@ -285,6 +285,30 @@ def kept(tier: Tier, entry: Mapping[str, Any], paths: list, unchecked: Mapping[s
     return ""
 
 
+def budget(tier: Tier, deployments: Mapping[str, Any], all_rows: Iterable[Row], fs: Mapping[str, int] | None) -> dict[str, Any] | None:
+    """The tier's budget as `l3` shows it: the bytes, the free-space floor, the host that collects it, each namespace's
+    share in bytes (the collector's own quotas) and fill, the tier's fill; None when the tier has no budget."""
+    from hicachectl.plans import l3_collector
+
+    first = deployments[tier.hosts[0]]
+    if not l3_collector.budgeted(first):
+        return None
+    config = l3_collector.config(tier.hosts[0], deployments)
+    shares = {name: spec["share_pct"] for name, spec in config["namespaces"].items()}
+    quota = l3_collector.program().quotas(config["budget_bytes"], shares)
+    held = {r.namespace: r.bytes for r in all_rows}
+    total = sum(held.values())
+    spaces = {}
+    for name, spec in config["namespaces"].items():
+        shown = name or NO_NAMESPACE
+        spaces[shown] = {"share_pct": spec["share_pct"], "quota_bytes": quota.get(name, 0), "bytes": held.get(shown, 0),
+                         "fill": round(held.get(shown, 0) / quota[name], 4) if quota.get(name) else None}
+    return {"budget_bytes": config["budget_bytes"], "free_floor_pct": config["free_floor_pct"],
+            "collector": l3_collector.members(tier.hosts[0], deployments)[0], "bytes": total,
+            "fill": round(total / config["budget_bytes"], 4), "namespaces": spaces,
+            "fs_size": (fs or {}).get("size"), "fs_free": (fs or {}).get("free")}
+
+
 def prunable(all_rows: Iterable[Row]) -> list[Row]:
     return [r for r in all_rows if r.prune]
 

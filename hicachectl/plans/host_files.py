@@ -13,7 +13,7 @@ import hashlib
 import jinja2
 
 from hicachectl.config.paths import ROLES
-from hicachectl.plans import container_runtime, host_limits, nic_tuning, router, sglang_server, storage
+from hicachectl.plans import container_runtime, host_limits, l3_collector, nic_tuning, router, sglang_server, storage
 
 FSTAB = "/etc/fstab"
 
@@ -117,10 +117,12 @@ def _nic_files(nic) -> list[HostFile]:
     return out
 
 
-def server_host_files(d) -> HostChanges:
+def server_host_files(d, fleet=None) -> HostChanges:
     """Every file site.yml's server play writes on a server, role by role in the play's order (nic_tuning, storage,
     host_limits, sglang_server), from each role's plan without host facts. What depends on the host (which ports
-    the NIC program finds, whether the tier is mounted, a localports address the host lacks) is read by `plan`."""
+    the NIC program finds, whether the tier is mounted, a localports address the host lacks) is read by `plan`.
+    `fleet`: every server of the inventory (host -> Deployment or None), which the L3 tier's collector needs: on the
+    tier's collector its files, on the others what a collector left is removed."""
     out = _nic_files(nic_tuning.nic_plan(d))
     tier = storage.storage_plan(d, {})
     if tier.mount is not None:
@@ -149,6 +151,15 @@ def server_host_files(d) -> HostChanges:
             Kept("sglang_server", f"{server.previous_dir}/",
                  "the previous config, a copy of cfg/ as it ran before the last change: what a failed start and `hicachectl rollback` "
                  "put back (one, replaced at each change)")]
+    if fleet is not None and d.inventory_host in fleet:
+        collector = l3_collector.plan(d.inventory_host, {**fleet, d.inventory_host: d})
+        out += [HostFile("sglang_server", f["path"], f["content"], f["mode"]) for f in collector.files]
+        removed += [("sglang_server", path) for path in collector.absent]
+        if collector.here:
+            kept += [Kept("sglang_server", l3_collector.STATE_FILE, "the collector's counters and its last run (what it evicted, the tier's fill)"),
+                     Kept("sglang_server", f"{l3_collector.TEXTFILE_DIR}/hicache_l3_collector.prom",
+                          "the counters for Prometheus, where node_exporter's textfile directory exists"),
+                     Kept("sglang_server", f"{d.cache_dir.rstrip('/')}/{l3_collector.LOCK_NAME}", "the tier's collector lock (on the tier)")]
     return HostChanges(out, removed, runtime_tool_files(d), kept)
 
 

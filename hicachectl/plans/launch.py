@@ -90,6 +90,11 @@ def extra_config(d) -> dict | None:
     config = dict(d.extra_config) if d.extra_config else {}
     if d.storage_backend == "dynamic" and namespace.of(d):
         config["key_namespace"] = namespace.of(d)
+    if d.storage_backend == "nixl" and d.l3_budget_gb is not None:
+        # The tier's collector keeps it within its budget (plans/l3_collector.py); NIXL's own cleaner, on by default,
+        # would evict this server's pages for space the others hold (rules/nixl.py _nixl_cleaner). A true the
+        # inventory gives is refused there.
+        config.setdefault("l3_cleaner_enabled", False)
     return config or None
 
 

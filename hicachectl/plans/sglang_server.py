@@ -16,7 +16,7 @@ from hicachectl.config import namespace, secrets
 from hicachectl.config.deployment import uses_uring
 from hicachectl.config.paths import TEMPLATES
 from hicachectl.formats.quoting import shell_word, unit_value, unit_word
-from hicachectl.plans import launch
+from hicachectl.plans import l3_collector, launch
 from hicachectl.plans.plan import has_tool
 
 
@@ -181,6 +181,10 @@ class ServerPlan:
     uring_requested: bool
     strict: bool
     cannot_run: str  # why no server can run here (no systemd, no container runtime); '' when it can, or without facts
+    # The L3 tier's collector (plans/l3_collector.py): whether this server's tier has a budget, and the config file
+    # whose presence (the host facts read it) says a collector runs here. Neither: its tasks are not even included.
+    l3_budget: bool = False
+    collector_config: str = l3_collector.CONFIG_FILE
 
 
 def first_install(d, facts: dict[str, Any] | None) -> bool:
@@ -215,4 +219,4 @@ def server_plan(d, uring_fallback: bool = False, facts: dict[str, Any] | None = 
         [f"{d.cfg_dir}/{name}" for name in (secrets.SECRETS_ENV, secrets.SERVER_SECRETS_FILE) if name not in {f.name for f in rendered}],
         bool(uring_fallback and asks_uring), {"name": unit.name, "content": unit.content},
         f"http://{d.local_host}:{d.effective_port}/health", d.health_timeout, runtime, asks_uring and not uring_fallback, asks_uring,
-        bool(d.strict), cannot_run)
+        bool(d.strict), cannot_run, l3_collector.budgeted(d))

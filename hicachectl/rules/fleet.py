@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from hicachectl.config.deployment import PREFIX
 from hicachectl.rules.findings import ERROR, WARNING, Finding
 from hicachectl.rules.output import compact_hosts
 
@@ -122,6 +123,7 @@ def check_shared_tiers(deployments: Mapping[str, Any]) -> list[Finding]:
                             "only the TP size keeps them apart, which an MLA model's keys do not hold (SGLang's file and NIXL "
                             "backends): if the model is MLA, each would read the other's pages as its own.",
                             "set hicache_model_config to the model's config.json (validate then knows), or hicache_l3_namespace: auto."))
+        findings += _tier_budget(share, hosts, deployments, directories)
         if len(directories) > 1:
             names = ", ".join(f"{name or 'off'} ({compact_hosts(together)})" for name, together in directories.items())
             for host in hosts:
@@ -129,6 +131,42 @@ def check_shared_tiers(deployments: Mapping[str, Any]) -> list[Finding]:
                     WARNING, host, "hicache_l3_share", "l3-share-split",
                     f"the hosts of L3 tier {share} use {len(directories)} namespaces ({names}): pages are shared only within each.",
                     "give the servers of one tier one page format (see `hicachectl validate` for what each namespace is derived from)."))
+    return findings
+
+
+_BUDGET = ("l3_budget_gb", "l3_free_floor_pct", "l3_collect_interval_min")
+
+
+def _tier_budget(share: str, hosts: list[str], deployments: Mapping[str, Any], directories: Mapping[str | None, list[str]]) -> list[Finding]:
+    """One budget per tier (its collector runs on one server, with one config), one share per namespace, at most the
+    whole budget shared out."""
+    findings = []
+    first = deployments[hosts[0]]
+    for host in hosts[1:]:
+        d = deployments[host]
+        for field in _BUDGET:
+            if getattr(d, field) != getattr(first, field):
+                findings.append(Finding(
+                    ERROR, host, PREFIX + field, "l3-budget-split",
+                    f"is {getattr(d, field)!r} but {getattr(first, field)!r} on {hosts[0]}, which shares L3 tier {share}: the tier has one "
+                    "collector, with one budget.", f"give every server of tier {share} the same {PREFIX + field}."))
+    if first.l3_budget_gb is None:
+        return findings
+    shares: dict[str, int] = {}
+    for name, together in directories.items():
+        given = {deployments[h].l3_namespace_share_pct for h in together} - {None}
+        if len(given) > 1:
+            findings.append(Finding(
+                ERROR, together[-1], "hicache_l3_namespace_share_pct", "l3-budget-share",
+                f"the servers of namespace {name or 'off'} on tier {share} ({compact_hosts(together)}) give it different shares "
+                f"({', '.join(map(str, sorted(given)))}).", "give the servers of one namespace one share, or none."))
+        if given:
+            shares[name or "off"] = max(given)
+    if sum(shares.values()) > 100:
+        findings.append(Finding(
+            ERROR, hosts[-1], "hicache_l3_namespace_share_pct", "l3-budget-share",
+            f"the namespaces of tier {share} are given {sum(shares.values())}% of its budget in all "
+            f"({', '.join(f'{k} {v}%' for k, v in sorted(shares.items()))}).", "give shares that add up to at most 100."))
     return findings
 
 

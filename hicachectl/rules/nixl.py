@@ -161,9 +161,17 @@ def _nixl_cleaner(d, out):
         out.error("hicache_extra_config.l3_cleaner_low_watermark", "nixl-cleaner",
                   f"{low} is not below l3_cleaner_high_watermark {high}; SGLang's cleaner raises ValueError and the server does not start.",
                   "keep the low watermark below the high one (defaults 70 and 80).")
+    if d.l3_budget_gb is not None:
+        if "l3_cleaner_enabled" in config and enabled is not False:
+            out.error("hicache_extra_config.l3_cleaner_enabled", "nixl-cleaner-budget",
+                      f"is {enabled!r} on a tier with a budget (hicache_l3_budget_gb {d.l3_budget_gb}): the tier's collector keeps it "
+                      "within the budget across every server, and NIXL's cleaner would evict this server's pages for space the others hold.",
+                      "remove hicache_extra_config.l3_cleaner_enabled (the toolkit turns NIXL's cleaner off on a tier with a budget).")
+        return
     if enabled is not True:
         return
-    fix = ("set hicache_extra_config.l3_cleaner_enabled: false and keep the tier in bounds with `hicachectl l3 --prune` "
+    fix = ("give the tier a budget (hicache_l3_budget_gb: its collector keeps every namespace in bounds and turns NIXL's cleaner off), "
+           "or set hicache_extra_config.l3_cleaner_enabled: false and keep the tier in bounds with `hicachectl l3 --prune` "
            "(it removes namespaces no server uses), or give this server an export of its own.")
     if d.l3_share:
         out.warn("hicache_extra_config.l3_cleaner_enabled", "nixl-cleaner-shared",

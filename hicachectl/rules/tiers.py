@@ -132,11 +132,32 @@ def _file_backend_bounds(d, out):
         if not ok:
             out.error(where, "file-backend-size", f"{ratio!r} is not a fraction in (0, 1]; SGLang's file backend uses 0.9 instead.",
                       "give e.g. 0.9 (evict down to 90% of max_size).")
-    if not bounded:
+    if bounded and d.l3_budget_gb is not None:
+        out.warn("hicache_extra_config.max_size", "file-lru-with-budget",
+                 "SGLang's file LRU is set on an L3 tier with a budget (hicache_l3_budget_gb): it evicts only "
+                 "this server's own files, by its own count, beside the tier's collector that judges every namespace together.",
+                 "leave max_size and min_free_space unset on a tier with a budget (the collector bounds it).")
+    if not bounded and d.l3_budget_gb is None:
         out.warn("hicache_extra_config.max_size", "file-backend-unbounded",
                  "SGLang's file backend stores pages without bound unless max_size or min_free_space is set (extra config, or "
                  "SGLANG_HICACHE_FILE_BACKEND_MAX_SIZE / _MIN_FREE_SPACE): the tier fills up and every write then fails.",
-                 "set hicache_extra_config.max_size (e.g. '800G', below the tier's size) or min_free_space (e.g. '50G').")
+                 "give the tier a budget (hicache_l3_budget_gb: the toolkit's collector keeps it), or set hicache_extra_config.max_size "
+                 "(e.g. '800G', below the tier's size) or min_free_space (e.g. '50G').")
+
+
+@rule
+def _l3_budget(d, out):
+    """A budget needs pages in files on the host's tier (the file and nixl backends under hicache_cache_dir)."""
+    if d.l3_budget_gb is None:
+        if d.l3_namespace_share_pct is not None:
+            out.warn("hicache_l3_namespace_share_pct", "l3-budget", "is set without hicache_l3_budget_gb: there is no budget to share.",
+                     "set hicache_l3_budget_gb on the servers of the tier, or remove the share.")
+        return
+    if namespace.host_dir(d) is None:
+        out.error("hicache_l3_budget_gb", "l3-budget",
+                  f"needs the server's pages in files under hicache_cache_dir (the file or nixl backend); the {d.storage_backend or 'unset'} "
+                  "backend keeps them where the collector cannot see them.",
+                  "remove hicache_l3_budget_gb, or use the file or nixl backend with hicache_cache_dir.")
 
 
 @rule

@@ -14,7 +14,7 @@ try:
     from hicachectl.config.deployment import PREFIX
     from hicachectl.config.inventory import ROUTERS, plain
     from hicachectl.ops import metrics, verify
-    from hicachectl.plans import container_runtime, host_limits, model, nic_tuning, preflight, sglang_image, sglang_server, storage, storage_live
+    from hicachectl.plans import container_runtime, host_limits, l3_collector, model, nic_tuning, preflight, sglang_image, sglang_server, storage, storage_live
     from hicachectl.plans.plan import as_fact
 except ImportError as error:  # pragma: no cover - exercised by ansible-test's import sanity test
     CORE_MISSING = (f"hicache.deploy needs the Python package hicache-deploy on the controller (it provides hicachectl): "
@@ -96,7 +96,7 @@ def hicache_host_reads(hostvars, host):
     reads = {"files": [storage.SYSCTL_FILE, storage.OLD_SUNRPC_MODPROBE_FILE], "units": []}
     server, findings = rules.check_host(host, variables, "sglang_server")
     if not rules.has_errors(findings):
-        reads["files"] += [f"{server.cfg_dir}/{sglang_server.DEPLOYED}", f"{server.cfg_dir}/{sglang_server.INSTALLED}"]
+        reads["files"] += [f"{server.cfg_dir}/{sglang_server.DEPLOYED}", f"{server.cfg_dir}/{sglang_server.INSTALLED}", l3_collector.CONFIG_FILE]
     limited, findings = rules.check_host(host, variables, "host_limits")
     if not rules.has_errors(findings) and host_limits.runtime_service(limited):
         reads["units"].append(host_limits.runtime_service(limited))

@@ -18,6 +18,7 @@ try:
     from hicachectl.config.deployment import PREFIX
     from hicachectl.config.inventory import ROUTERS, plain
     from hicachectl.ops import l3
+    from hicachectl.plans import l3_collector
 except ImportError as error:  # pragma: no cover - exercised by ansible-test's import sanity test
     CORE_MISSING = (f"hicache.deploy needs the Python package hicache-deploy on the controller (it provides hicachectl): "
                     f"pip install its wheel into the Python that runs Ansible, see COLLECTION.md ({error})")
@@ -73,6 +74,24 @@ def hicache_l3_guard(all_hostvars, hosts):
     return {"keep": sorted({*used, *runs}), "protect": sorted({entry[0] for entry in l3.protected(deployments)}), "hold": hold}
 
 
+def hicache_l3_collector(variables, host, all_hostvars, hosts):
+    """The L3 collector's plan on server `host` (`variables`: its hicache_vars lookup): whether it runs its tier's
+    collector and the files it installs, or what it removes (hicachectl/plans/l3_collector.py). Pass every host of the
+    inventory (groups['all'], in the inventory's order), not the play's: the collector is the tier's first server
+    whatever --limit says. Another server whose variables do not check out is left out (it fails on its own)."""
+    deployments = {}
+    for name in _servers(all_hostvars, hosts):
+        if name == host:
+            deployments[name] = _deployment(variables, host)
+            continue
+        raw = plain({k: all_hostvars[name][k] for k in list(all_hostvars[name]) if k.startswith(PREFIX) and k not in schema.FACTS})
+        deployment, findings = rules.check_host(name, raw)
+        deployments[name] = None if rules.has_errors(findings) else deployment
+    if host not in deployments:
+        deployments[host] = _deployment(variables, host)
+    return l3_collector.plan(host, deployments).as_fact()
+
+
 def hicache_l3_in_use(all_hostvars, hosts):
     """The namespaces every server among `hosts` uses (pass every host of the inventory, not the play's):
     a server whose variables are invalid fails the task, since its namespace cannot be known."""
@@ -87,4 +106,4 @@ def hicache_l3_in_use(all_hostvars, hosts):
 
 class FilterModule:
     def filters(self):
-        return {f.__name__: f for f in (hicache_l3_dir, hicache_l3_cfg_dir, hicache_l3_guard, hicache_l3_in_use)}
+        return {f.__name__: f for f in (hicache_l3_dir, hicache_l3_cfg_dir, hicache_l3_guard, hicache_l3_in_use, hicache_l3_collector)}

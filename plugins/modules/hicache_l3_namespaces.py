@@ -113,6 +113,11 @@ top:
   returned: always
   type: dict
   sample: {bytes: 0, files: 0, pages: 0, newest: null, other: 0}
+fs:
+  description: The size and free space (for unprivileged users, f_bavail) of the filesystem holding O(path), in bytes, when it exists.
+  returned: when O(path) exists
+  type: dict
+  sample: {size: 2000000000000, free: 1200000000000}
 now:
   description: The host's time of the listing (epoch seconds), to judge the newest mtimes against.
   returned: always
@@ -157,9 +162,13 @@ def is_derived(name):
     return bool(DERIVED_FORM.fullmatch(name or ""))
 
 
-# SGLang's page files start with the page's key (64 hex digits) and '_': HiCacheFile `<key>_<model>_<tp_rank>_<tp_size>...bin`,
-# HiCacheNixl `<bucket>/<key>_<model>_<tp_rank>_<tp_size>[_k|_v]` (sglang 0.5.23 mem_cache/hicache_storage.py, storage/nixl/).
-PAGE_KEY = re.compile(r"([0-9a-f]{64})_")
+# SGLang's page files start with the page's key (64 hex digits) and '_', or '.' before a pool component: HiCacheFile
+# `<key>[.<pool>]_<model>_<tp_rank>_<tp_size>...bin` (_get_suffixed_key, _log_key), HiCacheNixl
+# `<bucket>/<key>_<model>_<tp_rank>_<tp_size>[_k|_v]` (sglang 0.5.23 mem_cache/hicache_storage.py, storage/nixl/).
+# The tier's collector (roles/sglang_server/files/hicache-l3-collect) groups pages with the same pattern (a test holds them equal).
+PAGE_KEY = re.compile(r"([0-9a-f]{64})[._]")
+# The tier collector's lock file in the tier's directory (hicachectl/plans/l3_collector.py LOCK_NAME; a test holds them equal).
+COLLECTOR_LOCK = ".hicache-l3-collector.lock"
 
 
 def page_of(name, path):
@@ -242,6 +251,8 @@ def listing(path, mounts=None):
                     entries.append({"name": entry.name, "bytes": size, "files": count, "pages": pages, "newest": newest,
                                     "namespace_form": is_namespace_name(entry.name), "derived": is_derived(entry.name),
                                     "errors": errors, "mounts": crossings})
+                elif entry.name == COLLECTOR_LOCK:
+                    continue  # the tier's collector lock: the toolkit's, not a page
                 elif entry.is_file(follow_symlinks=False):
                     st = entry.stat(follow_symlinks=False)
                     top["bytes"] += st.st_size
@@ -254,7 +265,9 @@ def listing(path, mounts=None):
                 top["other"] += 1
     top_pages.discard(None)
     top["pages"] = len(top_pages)
-    return {"exists": True, "path": path, "entries": entries, "top": top, "now": now}
+    vfs = os.statvfs(path)
+    return {"exists": True, "path": path, "entries": entries, "top": top, "now": now,
+            "fs": {"size": vfs.f_blocks * vfs.f_frsize, "free": vfs.f_bavail * vfs.f_frsize}}
 
 
 def _inside(child, parent):

@@ -149,3 +149,91 @@ def test_a_changed_kv_dtype_gets_a_new_namespace_and_no_hits_from_the_old_one(sh
     assert len(list((shared.export / old_name).iterdir())) > 0  # the old pages are still there, only not read
     hosts = verify_l3(new, rc=0)  # and the new namespace is shared as the old one was
     assert all(check(hosts[h], "L3 hit across servers")["status"] == "pass" for h in shared.sorted), hosts
+
+
+def test_a_tier_budget_keeps_every_namespace_within_its_share(shared):
+    """Three servers, two models in two namespaces, a tier budget below what they write: the collector runs on the
+    tier's first server only, keeps each namespace within its share by removing whole pages (never a .tmp), `l3`
+    shows the budget and fills, `verify --l3` still passes, and a second collector started by hand on another host
+    waits on the tier's lock. No server was ever sent SGLang's L3 clear."""
+    import fcntl
+    import os
+    import shutil
+    import time
+
+    from hicachectl.plans import l3_collector
+
+    first, second, third = list(shared.hosts)
+    if not any(shared.export.rglob("*.bin")):  # run alone: the earlier tests wrote none yet
+        plain = inventory(shared, "shared")
+        deploy(plain)
+        verify_l3(plain, rc=0)
+    page_bytes = max(p.stat().st_size for p in shared.export.rglob("*.bin"))
+    # A clean tier: the earlier tests' pages would count as other data. Their directories stay: a running server
+    # made its own at its start (HiCacheFile.__init__) and writes nowhere else.
+    for page in [p for p in shared.export.rglob("*") if p.is_file()]:
+        page.unlink()
+    path = inventory(shared, "shared-budget", per_host={third: {"hicache_model_path": "/models/qwen3-8b", "hicache_l3_namespace_share_pct": 30}},
+                     hicache_l3_budget_gb=page_bytes * 10 / 1e9)
+    deploy(path)
+    enabled = {h: shared.ssh(h, "systemctl is-enabled hicache-l3-collector.timer").stdout.strip() for h in shared.hosts}
+    assert enabled[first] == "enabled" and {enabled[second], enabled[third]} <= {"not-found", ""}, enabled
+    try:
+        hosts = verify_l3(path, rc=0)  # writes pages into both namespaces
+    except AssertionError:  # what the servers and the collector said, for whoever reads the failure
+        for h in shared.hosts:
+            print(h, shared.ssh(h, "journalctl -o cat --no-pager -n 60 -u 'sglang*' -u hicache-l3-collector.service").stdout)
+        print(sorted(str(p.relative_to(shared.export)) for p in shared.export.rglob("*"))[:80])
+        raise
+    assert all(h["ok"] for h in hosts.values()), hosts
+    model_a, model_b = (namespace.of(deployment(path, h)) for h in (first, third))
+    assert model_a != model_b
+    written = {ns: sum(p.stat().st_size for p in (shared.export / ns).rglob("*.bin")) for ns in (model_a, model_b)}
+    assert sum(written.values()) > page_bytes * 10, written  # the tier is over its budget
+    tmp = shared.export / model_a / ".0a1b2c3d4e5f.tmp"  # HiCacheFile's write in progress
+    tmp.write_bytes(b"\0" * page_bytes)
+    past = time.time() - 3600  # an hour on: past the collector's grace for pages just written
+    for p in shared.export.rglob("*"):
+        os.utime(p, (past, past))
+
+    # a second collector, started by hand on another host, waits while the tier's lock is held
+    kit = shared.export / ".collector-by-hand"
+    kit.mkdir()
+    shutil.copy(l3_collector.PROGRAM_SOURCE, kit / "collect")
+    (kit / "c.json").write_text(shared.ssh(first, f"cat {l3_collector.CONFIG_FILE}").stdout)
+    holder = os.open(shared.export / ".hicache-l3-collector.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.lockf(holder, fcntl.LOCK_EX)
+    os.pwrite(holder, b"the test's first collector\n", 0)
+    try:
+        shared.ssh(second, "nohup timeout 120 python3 /mnt/kvcache/.collector-by-hand/collect --config /mnt/kvcache/.collector-by-hand/c.json --dry-run "
+                           "> /tmp/by-hand.out 2>&1 &")
+        for _ in range(30):  # python's start on a loaded machine
+            said = shared.ssh(second, "cat /tmp/by-hand.out").stdout
+            if said:
+                break
+            time.sleep(1)
+        assert "waiting for the lock of tier shared-test" in said, said
+        assert shared.ssh(second, "pgrep -f collector-by-hand").returncode == 0  # still waiting
+    finally:
+        os.close(holder)
+    for _ in range(30):
+        if shared.ssh(second, "pgrep -f collector-by-hand").returncode != 0:
+            break
+        time.sleep(1)
+    assert "would evict" in shared.ssh(second, "cat /tmp/by-hand.out").stdout
+    shutil.rmtree(kit)
+
+    run = shared.ssh(first, f"systemctl start {l3_collector.SERVICE} && journalctl -u {l3_collector.SERVICE} -o cat --no-pager")
+    assert run.returncode == 0 and "evicted" in run.stdout, run
+    held = {ns: sum(p.stat().st_size for p in (shared.export / ns).rglob("*.bin")) for ns in (model_a, model_b)}
+    budget = int(page_bytes * 10)
+    assert held[model_b] <= budget * 30 // 100 and held[model_a] <= budget - budget * 30 // 100, (held, budget)
+    assert sum(held.values()) <= budget and tmp.exists()
+    report = cli_json("l3", "--inventory", str(path), "--json")
+    tier = report["tiers"][0]
+    assert tier["budget"]["collector"] == first and tier["budget"]["fill"] <= 1.0, tier["budget"]
+    assert tier["budget"]["namespaces"][model_b]["share_pct"] == 30 and tier["fs"]["size"] > 0
+    assert all(h["ok"] for h in verify_l3(path, rc=0).values())  # the kept pages (and new ones) still prove L3
+    for h in shared.hosts:
+        journal = shared.ssh(h, "journalctl -o cat --no-pager | grep -c 'L3 CLEAR REQUESTED' || true").stdout.strip()
+        assert journal == "0", f"{h} was sent SGLang's L3 clear"

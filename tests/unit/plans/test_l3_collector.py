@@ -1,0 +1,322 @@
+"""The L3 tier's collector: who runs it (hicachectl/plans/l3_collector.py), and what the program
+(roles/sglang_server/files/hicache-l3-collect) evicts from a real directory laid out as SGLang writes it.
+
+The layouts follow sglang 0.5.23's own naming: HiCacheFile writes `<key>[.<pool>]_<model>_<tp_rank>_<tp_size>.bin`
+directly in its directory, through a hidden `.<uuid>.tmp` renamed into place (mem_cache/hicache_storage.py,
+HiCacheFile.__init__, _get_suffixed_key, _log_key, set); HiCacheNixl writes `<key>_<model>_<rank>_<size>_k|_v` into
+the bucket directories `00`..`ff` of storage/nixl/nixl_routing.py (route_key), one page's files in several buckets
+(storage/nixl/nixl_cleaner.py, _GroupInfo: "Physical files in one logical group can hash to different base dirs").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+from helpers import deployment
+
+from hicachectl import rules
+from hicachectl.config import namespace
+from hicachectl.plans import l3_collector
+
+collect = l3_collector.program()
+PAGE = 1000  # bytes per file in these layouts
+
+
+def key(n: int) -> str:
+    return hashlib.sha256(str(n).encode()).hexdigest()
+
+
+def file_page(directory, n, *, tp_size=2, model="Qwen-Qwen3-8B", age=0.0, now=None):
+    """One HiCacheFile page: a file per TP rank."""
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    for rank in range(tp_size):
+        path = os.path.join(directory, f"{key(n)}_{model}_{rank}_{tp_size}.bin")
+        with open(path, "wb") as f:
+            f.write(b"\0" * PAGE)
+        paths.append(path)
+    _age(paths, age, now)
+    return paths
+
+
+def nixl_page(directory, n, *, age=0.0, now=None):
+    """One HiCacheNixl page of a non-MLA model at TP 1: its _k and _v objects, in two bucket directories."""
+    paths = []
+    for part, bucket in (("k", key(n)[:2]), ("v", key(n + 10**6)[:2])):
+        os.makedirs(os.path.join(directory, bucket), exist_ok=True)
+        path = os.path.join(directory, bucket, f"{key(n)}_Qwen-Qwen3-8B_0_1_{part}")
+        with open(path, "wb") as f:
+            f.write(b"\0" * PAGE)
+        paths.append(path)
+    _age(paths, age, now)
+    return paths
+
+
+def _age(paths, age, now):
+    stamp = (now or time.time()) - age
+    for path in paths:
+        os.utime(path, (stamp, stamp))
+
+
+def config(root, namespaces, *, budget, floor=0, grace=60):
+    return {"tier": "t", "root": str(root), "budget_bytes": budget, "free_floor_pct": floor, "grace_seconds": grace,
+            "namespaces": namespaces, "state_file": str(root.parent / "state.json"), "textfile_dir": str(root.parent)}
+
+
+def pages_left(root):
+    found = set()
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            match = re.match(r"([0-9a-f]{64})", name)
+            if match:
+                found.add((os.path.relpath(dirpath, root).split(os.sep)[0], match.group(1)))
+    return found
+
+
+def test_each_namespace_is_kept_within_its_share_oldest_pages_first(tmp_path):
+    root = tmp_path / "tier"
+    now = time.time()
+    for n in range(10):  # 10 pages of 2 files: 20000 bytes, the oldest first
+        file_page(root / "a", n, age=1000 - n, now=now)
+    for n in range(100, 104):
+        nixl_page(root / "b", n, age=500, now=now)
+    # budget 30000: a has 60% (18000, holds 9 pages), b an equal part of the rest (12000, holds all its 4 pages)
+    report = collect.collect(config(root, {"a": {"share_pct": 60}, "b": {"share_pct": None}}, budget=30000), out=lambda _: None)
+    left = pages_left(root)
+    assert {k for ns, k in left if ns == "a"} == {key(n) for n in range(1, 10)}  # page 0, the oldest, went
+    assert len([1 for ns, _ in left if ns == "b"]) == 4
+    assert report["removed"]["a"]["pages"] == 1 and report["removed"]["a"]["reason"] == "over its share"
+    # whole pages: no page is left with only some of its files
+    for ns in ("a", "b"):
+        for _dirpath, _, files in os.walk(root / ns):
+            for name in files:
+                assert sum(1 for _, _, fs in os.walk(root / ns) for f in fs if f.startswith(name[:64])) == 2
+
+
+def test_the_tier_over_its_budget_evicts_across_namespaces_by_last_use(tmp_path):
+    root = tmp_path / "tier"
+    now = time.time()
+    for n in range(5):
+        file_page(root / "a", n, age=100 + 10 * n, now=now)  # a's pages: ages 100..140
+    for n in range(10, 15):
+        nixl_page(root / "b", n, age=200 + 10 * n, now=now)  # b's: older, 300..340
+    # Shares add up to the whole budget, but "other" bytes (a namespace the config does not name) push the tier over
+    (root / "foreign").mkdir()
+    (root / "foreign" / "x.bin").write_bytes(b"\0" * 4000)
+    report = collect.collect(config(root, {"a": {"share_pct": 50}, "b": {"share_pct": 50}}, budget=20000), out=lambda _: None)
+    assert report["total_bytes"] <= 20000
+    removed = report["removed"]
+    assert set(removed) == {"b"} and removed["b"]["pages"] == 2  # the two least recently used pages, both b's
+    assert (root / "foreign" / "x.bin").exists()  # never a namespace the config does not name
+
+
+def test_never_a_page_being_written_nor_one_used_within_the_grace(tmp_path):
+    root = tmp_path / "tier"
+    now = time.time()
+    file_page(root / "a", 1, age=10_000, now=now)
+    file_page(root / "a", 2, age=5, now=now)  # written 5 s ago: inside the 60 s grace
+    (root / "a" / ".5f1c2a9e0d14aa.tmp").write_bytes(b"\0" * 50_000)  # HiCacheFile's write in progress
+    collect.collect(config(root, {"a": {"share_pct": None}}, budget=1), out=lambda _: None)
+    assert (root / "a" / ".5f1c2a9e0d14aa.tmp").exists()
+    assert {k for _, k in pages_left(root)} == {key(2)}
+
+
+def test_pages_written_without_a_namespace_and_the_buckets(tmp_path):
+    root = tmp_path / "tier"
+    now = time.time()
+    file_page(root, 1, age=1000, now=now)
+    nixl_page(root, 2, age=900, now=now)
+    file_page(root / "kept-literal", 3, age=5000, now=now)
+    collect.collect(config(root, {"": {"share_pct": None}}, budget=4500), out=lambda _: None)
+    assert {k for _, k in pages_left(root)} == {key(2), key(3)}
+
+
+def test_a_page_rewritten_after_the_listing_is_kept_whole(tmp_path, monkeypatch):
+    root = tmp_path / "tier"
+    now = time.time()
+    paths = file_page(root / "a", 1, age=1000, now=now)
+    real_remove = collect.remove
+
+    def touched_then_removed(page):
+        os.utime(paths[1], (now, now))  # a server rewrites rank 1's file between the listing and the removal
+        return real_remove(page)
+
+    monkeypatch.setattr(collect, "remove", touched_then_removed)
+    report = collect.collect(config(root, {"a": {"share_pct": None}}, budget=1), out=lambda _: None)
+    assert all(os.path.exists(p) for p in paths) and report["kept_rewritten"] == 1
+
+
+def test_counters_accumulate_and_are_written_for_prometheus(tmp_path):
+    root = tmp_path / "tier"
+    now = time.time()
+    for n in range(4):
+        file_page(root / "a", n, age=1000 + n, now=now)
+    conf = config(root, {"a": {"share_pct": None}}, budget=4000)
+    collect.collect(conf, out=lambda _: None)
+    file_page(root / "a", 9, age=999, now=now)
+    collect.collect(conf, out=lambda _: None)
+    text = (tmp_path / "hicache_l3_collector.prom").read_text()
+    assert 'hicache_l3_collector_evicted_pages_total{tier="t",namespace="a"} 3' in text
+    assert 'hicache_l3_collector_evicted_bytes_total{tier="t",namespace="a"} 6000' in text
+    assert re.search(r'hicache_l3_tier_fill_ratio\{tier="t"\} 1\.0+\n', text)
+    promtool = "/usr/bin/promtool"
+    if os.path.exists(promtool):
+        checked = subprocess.run([promtool, "check", "metrics"], input=text, text=True, capture_output=True)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_dry_run_removes_nothing(tmp_path):
+    root = tmp_path / "tier"
+    file_page(root / "a", 1, age=1000)
+    report = collect.collect(config(root, {"a": {"share_pct": None}}, budget=1), dry_run=True, out=lambda _: None)
+    assert report["removed"]["a"]["pages"] == 1 and len(pages_left(root)) == 1
+
+
+def _hold_lock(root, ready, release):
+    import fcntl
+
+    fd = os.open(os.path.join(root, collect.LOCK_NAME), os.O_RDWR | os.O_CREAT)
+    fcntl.lockf(fd, fcntl.LOCK_EX)
+    os.pwrite(fd, b"first-collector pid 1\n", 0)
+    ready.set()
+    release.wait(30)
+    os.close(fd)
+
+
+def test_a_second_collector_waits_on_the_tiers_lock(tmp_path):
+    root = tmp_path / "tier"
+    file_page(root / "a", 1, age=1000)
+    (tmp_path / "c.json").write_text(json.dumps(config(root, {"a": {"share_pct": None}}, budget=1)))
+    ready, release = multiprocessing.Event(), multiprocessing.Event()
+    holder = multiprocessing.Process(target=_hold_lock, args=(str(root), ready, release))
+    holder.start()
+    try:
+        assert ready.wait(10)
+        second = subprocess.Popen([sys.executable, str(l3_collector.PROGRAM_SOURCE), "--config", str(tmp_path / "c.json")],
+                                  stdout=subprocess.PIPE, text=True)
+        time.sleep(1.5)
+        assert second.poll() is None and len(pages_left(root)) == 1  # waiting: nothing removed yet
+        release.set()
+        out, _ = second.communicate(timeout=30)
+        assert second.returncode == 0
+        assert "waiting for the lock of tier t" in out and "first-collector" in out
+        assert not pages_left(root)
+        refused = subprocess.run([sys.executable, str(l3_collector.PROGRAM_SOURCE), "--config", str(tmp_path / "c.json"), "--no-wait"],
+                                 capture_output=True, text=True)
+        assert refused.returncode == 0  # the lock is free again
+    finally:
+        release.set()
+        holder.join(10)
+
+
+# --- who collects, and the inventory's rules ---------------------------------------------------------------------
+
+
+def servers(**by_host):
+    """Deployments of the local profile on a shared tier, each host's overrides given."""
+    base = {"storage_backend": "file", "l3_share": "pool", "l3_budget_gb": 100}
+    import dataclasses
+
+    return {host: dataclasses.replace(deployment("local", **{**base, **overrides}), inventory_host=host) for host, overrides in by_host.items()}
+
+
+def test_the_tiers_first_server_collects_and_the_others_remove_it():
+    fleet = servers(h1={}, h2={"model_path": "/models/other"}, h3={"l3_namespace_share_pct": 30})
+    plans = {h: l3_collector.plan(h, fleet) for h in fleet}
+    assert [h for h, p in plans.items() if p.here] == ["h1"]
+    assert all(p.collector == "h1" for p in plans.values())
+    assert plans["h2"].absent == (l3_collector.PROGRAM, l3_collector.CONFIG_FILE, *(f"/etc/systemd/system/{u}" for u in (l3_collector.SERVICE, l3_collector.TIMER)))
+    conf = json.loads(next(f["content"] for f in plans["h1"].files if f["path"] == l3_collector.CONFIG_FILE))
+    assert conf["budget_bytes"] == 100 * 10**9 and conf["root"] == fleet["h1"].cache_dir
+    assert set(conf["namespaces"]) == {namespace.of(d) for d in fleet.values()}
+    assert conf["namespaces"][namespace.of(fleet["h3"])]["share_pct"] == 30
+
+
+def test_without_a_budget_there_is_no_collector_and_an_old_one_goes():
+    d = deployment("local", storage_backend="file")
+    p = l3_collector.plan("h1", {"h1": d})
+    assert not p.here and p.files == () and l3_collector.CONFIG_FILE in p.absent
+
+
+def _findings(fleet):
+    from hicachectl.rules.fleet import check_shared_tiers
+
+    return check_shared_tiers(fleet)
+
+
+def test_a_tier_has_one_budget_and_shares_add_up_to_at_most_all_of_it():
+    split = _findings(servers(h1={}, h2={"model_path": "/models/other", "l3_budget_gb": 50}))
+    assert [(f.host, f.variable, f.rule) for f in split if f.rule == "l3-budget-split"] == [("h2", "hicache_l3_budget_gb", "l3-budget-split")]
+    over = _findings(servers(h1={"l3_namespace_share_pct": 70}, h2={"model_path": "/models/other", "l3_namespace_share_pct": 40}))
+    assert any(f.rule == "l3-budget-share" and "110%" in f.message for f in over)
+    fine = _findings(servers(h1={"l3_namespace_share_pct": 70}, h2={"model_path": "/models/other", "l3_namespace_share_pct": 30}))
+    assert not [f for f in fine if f.rule.startswith("l3-budget")]
+
+
+def test_a_budget_needs_pages_in_files_and_turns_nixls_cleaner_off():
+    from hicachectl.plans import launch
+
+    _, findings = rules.check_host("h", {**_local(), "hicache_storage_backend": "dynamic", "hicache_l3_budget_gb": 10,
+                                         "hicache_extra_config": {"backend_name": "xkv", "module_path": "m", "class_name": "C"}})
+    assert any(f.rule == "l3-budget" and f.level == rules.ERROR for f in findings)
+    d = deployment("local", storage_backend="nixl", l3_budget_gb=10)
+    assert launch.extra_config(d)["l3_cleaner_enabled"] is False
+    _, findings = rules.check_host("h", {**_local(), "hicache_storage_backend": "nixl", "hicache_l3_budget_gb": 10,
+                                         "hicache_extra_config": {"l3_cleaner_enabled": True}})
+    assert any(f.rule == "nixl-cleaner-budget" and f.level == rules.ERROR for f in findings)
+    # the file backend: no "unbounded" warning with a budget, but one about SGLang's own LRU beside it
+    _, findings = rules.check_host("h", {**_local(), "hicache_storage_backend": "file", "hicache_l3_budget_gb": 10})
+    assert not any(f.rule == "file-backend-unbounded" for f in findings)
+    _, findings = rules.check_host("h", {**_local(), "hicache_storage_backend": "file", "hicache_l3_budget_gb": 10,
+                                         "hicache_extra_config": {"max_size": "800G"}})
+    assert any(f.rule == "file-lru-with-budget" for f in findings)
+
+
+def _local():
+    from helpers import _host_vars
+
+    return dict(_host_vars("local")[1])
+
+
+def test_the_module_and_the_collector_group_pages_alike():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("m", str(l3_collector.ROLES.parent / "plugins" / "modules" / "hicache_l3_namespaces.py"))
+    source = spec.loader.get_source("m")
+    assert f're.compile(r"{collect.PAGE_KEY.pattern}")' in source
+    assert f'COLLECTOR_LOCK = "{l3_collector.LOCK_NAME}"' in source
+
+
+@pytest.mark.parametrize("name, page", [
+    (f"{key(1)}_Qwen-Qwen3-8B_0_2.bin", key(1)),
+    (f"{key(1)}.mamba_Qwen-Qwen3-8B_0_2.bin", key(1)),
+    (f"{key(1)}_Qwen-Qwen3-8B_0_1_k", key(1)),
+    (".3b1f0c.tmp", None),
+    ("README", None),
+])
+def test_page_keys(name, page):
+    assert collect.page_key(name) == page
+
+
+def test_the_programs_lock_name_is_the_plans():
+    assert collect.LOCK_NAME == l3_collector.LOCK_NAME
+
+
+def test_render_names_the_collectors_files_on_its_host_only():
+    from hicachectl.plans import host_files
+
+    fleet = servers(h1={}, h2={"model_path": "/models/other"})
+    on_collector = host_files.server_host_files(fleet["h1"], fleet)
+    elsewhere = host_files.server_host_files(fleet["h2"], fleet)
+    assert {l3_collector.PROGRAM, l3_collector.CONFIG_FILE} <= {f.path for f in on_collector.files}
+    assert l3_collector.STATE_FILE in {k.path for k in on_collector.kept}
+    assert not {l3_collector.PROGRAM, l3_collector.CONFIG_FILE} & {f.path for f in elsewhere.files}
+    assert ("sglang_server", l3_collector.CONFIG_FILE) in elsewhere.removed
