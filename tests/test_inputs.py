@@ -128,6 +128,28 @@ def test_init_names_routers_and_addresses_and_what_to_fill_in(tmp_path):
     assert both.returncode == 2 and "a server or a router" in both.stderr
 
 
+def test_a_fresh_init_has_no_warning_about_its_own_profile(tmp_path):
+    """#34: local had two (served-name-stable, file-backend-unbounded), netapp and adp one. init adds a served name
+    that does not move with the weights and, for an unbounded file tier, a budget its collector keeps; the shipped
+    profiles keep reproducing their documents (vast's one warning is test_init_names_routers_...'s)."""
+    fills = {"netapp-lif.example.com": "netapp-lif.corp.net", "192.0.2.": "10.20.0."}
+    for profile in ("local", "netapp", "adp"):
+        out = tmp_path / profile
+        cli("init", "--profile", profile, "--hosts", "gpu-1=10.1.0.1", "--out", str(out), check_rc=0)
+        group_vars = out / "group_vars/all.yml"
+        text = group_vars.read_text()
+        for placeholder, own in fills.items():
+            text = text.replace(placeholder, own)
+        group_vars.write_text(text)
+        report = cli_json("validate", "-i", str(out))
+        assert report["ok"] and not [f for f in report["findings"] if f["level"] == "warning"], (profile, report["findings"])
+        added = yaml.safe_load(text)
+        assert added["hicache_served_model_name"] and ":" not in added["hicache_served_model_name"]
+        profile_vars = yaml.safe_load((ROOT / "inventories" / profile / "group_vars/all.yml").read_text())
+        assert "hicache_served_model_name" not in profile_vars  # the profile itself still reproduces its document
+    assert yaml.safe_load((tmp_path / "local/group_vars/all.yml").read_text())["hicache_l3_budget_gb"] > 0
+
+
 def test_init_takes_user_address_and_port_for_each_host(tmp_path):
     """#34: test hosts and NAT'd machines are reached at an SSH port of their own, often as another user."""
     out = tmp_path / "bed"
