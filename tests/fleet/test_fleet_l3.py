@@ -330,3 +330,33 @@ def test_verify_l3_proves_nixl_pages_come_back_from_the_shared_tier_after_a_rest
     assert set(before) < set(after) and len(after) >= len(before) + 2 * 4
     row = next(r for r in cli_json("l3", "--inventory", str(path))["tiers"][0]["namespaces"] if r["namespace"] == new)
     assert row["pages"] == len(after) and row["bytes"] == len(after) * PAGE_BYTES
+
+
+def test_the_tier_collector_evicts_whole_nixl_pages_across_their_buckets(nixl_tier, tmp_path):
+    """#35: the L3 tier's collector (roles/sglang_server/files/hicache-l3-collect) on what HiCacheNixl wrote: a budget
+    of half the namespace's pages leaves at most half, each kept page with both its _k and _v parts (nixl_pages checks
+    every file's name, bucket and part), never the bucket directories, nor the page without a namespace ("3c")."""
+    import subprocess
+    import sys
+    import time
+
+    from hicachectl.plans import l3_collector
+
+    t = nixl_tier
+    _, new = t.nixl["new"]
+    pages = nixl_pages(t.nixl_root / new)
+    outside = nixl_files(t.nixl_root / "3c")
+    past = time.time() - 3600  # past the collector's grace for pages just written
+    for p in t.nixl_root.rglob("*"):
+        os.utime(p, (past, past))
+    keep = len(pages) // 2
+    config = {"tier": "l3-nixl", "root": str(t.nixl_root), "budget_bytes": keep * PAGE_BYTES + PAGE_BYTES, "free_floor_pct": 0,
+              "grace_seconds": 120, "namespaces": {new: {"share_pct": None, "servers": t.sorted}}, "state_file": str(tmp_path / "state.json")}
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    run = subprocess.run([sys.executable, str(l3_collector.PROGRAM_SOURCE), "--config", str(tmp_path / "c.json"), "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads(run.stdout.splitlines()[-1])
+    left = nixl_pages(t.nixl_root / new)  # every page left whole: both parts, NIXL's names and buckets
+    assert set(left) < set(pages) and len(left) <= keep and report["removed"][new]["pages"] == len(pages) - len(left)
+    assert sorted(p.name for p in (t.nixl_root / new).iterdir()) == BUCKETS and nixl_files(t.nixl_root / "3c") == outside
