@@ -9,7 +9,7 @@ from hicachectl.plans import host_limits, launch
 from hicachectl.plans.plan import has_tool
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class RuntimePlan:
     runtime: str | None
     service: str | None
@@ -29,4 +29,11 @@ def runtime_plan(d, facts: dict[str, Any] | None = None) -> RuntimePlan:
         elif not has_tool(facts, "nvidia-ctk"):
             missing = "the NVIDIA container toolkit (nvidia-ctk) is not installed, so containers cannot see the GPUs"
     units = tuple(reversed(host_limits.runtime_services(d))) if runtime == "docker" else ()
-    return RuntimePlan(runtime, host_limits.runtime_service(d), bool(d.strict), bool(d.limits_restart_runtime), missing, units)
+    return RuntimePlan(
+        runtime=runtime,
+        service=host_limits.runtime_service(d),
+        strict=bool(d.strict),
+        restart=bool(d.limits_restart_runtime),
+        missing=missing,
+        units=units,
+    )

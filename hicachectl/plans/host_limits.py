@@ -124,7 +124,7 @@ def runtime_unit_findings(plan: dict, lines: list[str]) -> list[dict]:
     return findings
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class LimitsPlan:
     limits_file: str
     limits_conf: str
@@ -160,12 +160,26 @@ def limits_plan(d) -> LimitsPlan:
               for s in services]
     if sysctls is not None:
         files.append({"path": SYSCTL_FILE, "content": sysctls, "mode": "0644", **root, "label": "sysctl"})
-    return LimitsPlan(LIMITS_FILE, limits_conf(d), service, dropin_dir,
-                      f"{dropin_dir}/{DROPIN_NAME}" if service else None, dropin, systemd_memlock(d),
-                      bool(d.limits_restart_runtime), SYSCTL_FILE, sysctls, dict(d.host_sysctls), bool(d.strict),
-                      services, proc_memlock(d), tuple(files),
-                      tuple({"path": f"/etc/systemd/system/{s}.d", "mode": "0755", **root} for s in services),
-                      server_sets_memlock(d), stale_dropins(d))
+    return LimitsPlan(
+        limits_file=LIMITS_FILE,
+        limits_conf=limits_conf(d),
+        service=service,
+        dropin_dir=dropin_dir,
+        dropin_file=f"{dropin_dir}/{DROPIN_NAME}" if service else None,
+        dropin=dropin,
+        memlock=systemd_memlock(d),
+        restart=bool(d.limits_restart_runtime),
+        sysctl_file=SYSCTL_FILE,
+        sysctl_conf=sysctls,
+        sysctls=dict(d.host_sysctls),
+        strict=bool(d.strict),
+        services=services,
+        proc_memlock=proc_memlock(d),
+        files=tuple(files),
+        directories=tuple({"path": f"/etc/systemd/system/{s}.d", "mode": "0755", **root} for s in services),
+        server_sets_memlock=server_sets_memlock(d),
+        absent=stale_dropins(d),
+    )
 
 
 LIMIT_NAMES = {"memlock": "Max locked memory", "nofile": "Max open files", "stack": "Max stack size"}

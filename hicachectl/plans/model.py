@@ -8,7 +8,7 @@ from typing import Any
 from hicachectl.plans.plan import has_tool
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelPlan:
     source: str | None  # path, hub, or None (the server resolves the model itself)
     dir: str | None
@@ -20,5 +20,12 @@ class ModelPlan:
 
 
 def model_plan(d, facts: dict[str, Any] | None = None) -> ModelPlan:
-    return ModelPlan(d.model_source, d.model_dir, d.model_repo, d.model_revision, dict(d.model_files), bool(d.strict),
-                     has_tool(facts, "hf") if facts is not None else None)
+    return ModelPlan(
+        source=d.model_source,
+        dir=d.model_dir,
+        repo=d.model_repo,
+        revision=d.model_revision,
+        files=dict(d.model_files),
+        strict=bool(d.strict),
+        hub_client_found=has_tool(facts, "hf") if facts is not None else None,
+    )

@@ -136,7 +136,7 @@ def pull_argv(d) -> list[str]:
     return [d.container_runtime, "pull", *insecure, pull_reference(d)]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ImagePlan:
     runtime: str | None  # None: the server runs on the host, no image
     runtime_found: bool | None  # the runtime is installed here (host facts); None without facts
@@ -155,7 +155,18 @@ class ImagePlan:
 
 def image_plan(d, facts: dict[str, Any] | None = None, inspect: str | None = None) -> ImagePlan:
     runtime = d.container_runtime if launch.in_container(d) else None
-    return ImagePlan(runtime, has_tool(facts, runtime) if facts is not None else None, d.image, pull_reference(d), pull_argv(d),
-                     pinned_digest(d), repository_digest(d), list(accepted_digests(d)), d.image_pull_retries,
-                     d.image_pull_delay, d.image_tls_verify, bool(d.strict),
-                     local_state(d, str(inspect)) if inspect is not None else None)
+    return ImagePlan(
+        runtime=runtime,
+        runtime_found=has_tool(facts, runtime) if facts is not None else None,
+        image=d.image,
+        pull=pull_reference(d),
+        pull_argv=pull_argv(d),
+        digest=pinned_digest(d),
+        repo_digest=repository_digest(d),
+        accepted_digests=list(accepted_digests(d)),
+        retries=d.image_pull_retries,
+        delay=d.image_pull_delay,
+        tls_verify=d.image_tls_verify,
+        strict=bool(d.strict),
+        local=local_state(d, str(inspect)) if inspect is not None else None,
+    )

@@ -160,7 +160,7 @@ class ServerFile:
     secret: bool
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ServerPlan:
     cfg_dir: str
     previous_dir: str
@@ -212,11 +212,22 @@ def server_plan(d, uring_fallback: bool = False, facts: dict[str, Any] | None = 
         elif runtime is not None and not has_tool(facts, runtime):
             cannot_run = f"{runtime} is not installed on this host"
     return ServerPlan(
-        d.cfg_dir, d.cfg_dir.rstrip("/") + ".previous", json.loads(next(f.content for f in rendered if f.name == INSTALLED)),
-        DEPLOYED, [ServerFile(f.name, f.shown, f.mode, f.secret) for f in rendered],
-        [{"path": f"{d.cfg_dir}/{f.name}", "content": f.content, "mode": f.mode, "owner": "root", "group": "root", "backup": first_install(d, facts),
+        cfg_dir=d.cfg_dir,
+        previous_dir=d.cfg_dir.rstrip("/") + ".previous",
+        deployed=json.loads(next(f.content for f in rendered if f.name == INSTALLED)),
+        deployed_name=DEPLOYED,
+        files=[ServerFile(f.name, f.shown, f.mode, f.secret) for f in rendered],
+        public_files=[{"path": f"{d.cfg_dir}/{f.name}", "content": f.content, "mode": f.mode, "owner": "root", "group": "root", "backup": first_install(d, facts),
           "label": f.name} for f in rendered if not f.secret],
-        [f"{d.cfg_dir}/{name}" for name in (secrets.SECRETS_ENV, secrets.SERVER_SECRETS_FILE) if name not in {f.name for f in rendered}],
-        bool(uring_fallback and asks_uring), {"name": unit.name, "content": unit.content},
-        f"http://{d.local_host}:{d.effective_port}/health", d.health_timeout, runtime, asks_uring and not uring_fallback, asks_uring,
-        bool(d.strict), cannot_run, l3_collector.budgeted(d))
+        absent_secret_files=[f"{d.cfg_dir}/{name}" for name in (secrets.SECRETS_ENV, secrets.SERVER_SECRETS_FILE) if name not in {f.name for f in rendered}],
+        uring_fallback=bool(uring_fallback and asks_uring),
+        unit={"name": unit.name, "content": unit.content},
+        health_url=f"http://{d.local_host}:{d.effective_port}/health",
+        health_timeout=d.health_timeout,
+        runtime=runtime,
+        uses_uring=asks_uring and not uring_fallback,
+        uring_requested=asks_uring,
+        strict=bool(d.strict),
+        cannot_run=cannot_run,
+        l3_budget=l3_collector.budgeted(d),
+    )

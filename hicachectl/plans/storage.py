@@ -293,7 +293,7 @@ def read_ahead_persistence(facts: dict | None) -> tuple[bool, str]:
     return True, f"nfsrahead {nfsrahead} through {rule}"
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class MountPlan:
     source: str
     point: str
@@ -303,7 +303,7 @@ class MountPlan:
     resolved_source: str | None  # the device a UUID=/LABEL= source names on this host (what mountinfo shows)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class StoragePlan:
     cache_dir: str | None
     owner: str
@@ -342,14 +342,38 @@ def storage_plan(d, facts: dict[str, Any]) -> StoragePlan:
     modules_load = modules_load_conf(d)
     load_rpcrdma = bool(modules_load and the_mount and mountable and not kernel_module(facts, "rpcrdma")["loaded"])
     return StoragePlan(
-        d.cache_dir, d.cache_owner, d.cache_group, d.cache_mode,
-        None if the_mount is None else MountPlan(the_mount.source, the_mount.point, the_mount.fstype, ",".join(the_mount.options),
-                                                     the_mount.fstab_line,
-                                             resolve_source(the_mount.source, facts.get("block_ids") or {})),
-        mountable, why, bool(d.strict), nfs, d.storage_read_ahead_kb, persistent, not_persistent,
-        nfsrahead_conf(d), modules_load, load_rpcrdma, sorted(rdma_sysctls) if load_rpcrdma else [], sysctls,
-        sysctl_conf(sysctls), restored_tcp_slots(facts), vastnfs_values(d),
-        multipath_interfaces(d, facts)[1] if d.storage_localports else [], directories, files, absent)
+        cache_dir=d.cache_dir,
+        owner=d.cache_owner,
+        group=d.cache_group,
+        mode=d.cache_mode,
+        mount=None if the_mount is None else MountPlan(
+            source=the_mount.source,
+            point=the_mount.point,
+            fstype=the_mount.fstype,
+            options=",".join(the_mount.options),
+            fstab_line=the_mount.fstab_line,
+            resolved_source=resolve_source(the_mount.source, facts.get("block_ids") or {}),
+        ),
+        can_mount=mountable,
+        cannot_mount_reason=why,
+        strict=bool(d.strict),
+        nfs=nfs,
+        read_ahead_kb=d.storage_read_ahead_kb,
+        read_ahead_persistent=persistent,
+        read_ahead_not_persistent_reason=not_persistent,
+        nfsrahead_conf=nfsrahead_conf(d),
+        modules_load_conf=modules_load,
+        load_rpcrdma=load_rpcrdma,
+        after_rpcrdma=sorted(rdma_sysctls) if load_rpcrdma else [],
+        sysctls=sysctls,
+        sysctl_conf=sysctl_conf(sysctls),
+        restored_sysctls=restored_tcp_slots(facts),
+        vastnfs_values=vastnfs_values(d),
+        unknown_localports=multipath_interfaces(d, facts)[1] if d.storage_localports else [],
+        directories=directories,
+        files=files,
+        absent=absent,
+    )
 
 
 def nfs_client(facts) -> tuple[bool, str]:
