@@ -10,6 +10,7 @@ from typing import Any
 import typer
 
 from hicachectl.cli import common
+from hicachectl.config.deployment import Deployment
 
 
 @common.with_vault
@@ -128,11 +129,11 @@ def _deployment_of(deployments: dict, routers: dict) -> dict:
     return {**deployments, **{name: d for name, (d, _) in routers.items()}}
 
 
-def _in_cfg_dir(d, f) -> bool:
+def _in_cfg_dir(d: Deployment, f) -> bool:
     return f.role == "sglang_server" and f.path.rsplit("/", 1)[0] == d.cfg_dir.rstrip("/")
 
 
-def _out_place(host: str, d, f) -> tuple[str, str]:
+def _out_place(host: str, d: Deployment, f) -> tuple[str, str]:
     """Where --out writes a host file: (folder below <out>, path below it). The config directory's files go to
     <out>/<host>/<file>, as they always did; every other file to <out>/<host>.rootfs/<its path>, so <out>/<host>
     stays the config directory alone."""
@@ -141,7 +142,7 @@ def _out_place(host: str, d, f) -> tuple[str, str]:
     return f"{host}.rootfs", f.path.lstrip("/")
 
 
-def _shown_file(host: str, d, f) -> str:
+def _shown_file(host: str, d: Deployment, f) -> str:
     """One file as render prints it. The NIC program is the collection's own file, the same on every host: its
     digest stands for its 241 lines (--json holds the text)."""
     from hicachectl.plans import host_files

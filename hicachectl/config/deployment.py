@@ -85,7 +85,7 @@ def version_tuple(version: str) -> tuple[int, ...]:
 _URING_KEYS = ("use_uring", "use_aio")
 
 
-def uses_uring(d) -> bool:
+def uses_uring(d: Deployment) -> bool:
     """Whether the NIXL POSIX plugin is asked for io_uring (flat config or its plugin.posix section)."""
     if d.storage_backend != "nixl":
         return False

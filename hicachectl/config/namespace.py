@@ -16,6 +16,8 @@ import json
 import posixpath
 import re
 
+from hicachectl.config.deployment import Deployment
+
 OFF, AUTO = "off", "auto"
 # SGLang's defaults (0.5.21's parser), so a value left unset and the same value set explicitly share a namespace.
 _DEFAULTS = {"kv_cache_dtype": "auto", "tp_size": 1, "pp_size": 1, "attn_cp_size": 1, "mem_layout": "page_first"}
@@ -43,7 +45,7 @@ HASH_CHARS = 12
 _DERIVED = re.compile(rf"[a-z0-9][a-z0-9._-]{{0,40}}-[0-9a-f]{{{HASH_CHARS}}}")
 
 
-def _value(d, field: str):
+def _value(d: Deployment, field: str):
     if field == "served_name":
         return d.served_name
     if field == "weights":  # the weights behind the name: the hub repository, else the path the server loads
@@ -52,17 +54,17 @@ def _value(d, field: str):
     return _DEFAULTS.get(field) if value is None else value
 
 
-def _fields(d) -> dict[str, str | None]:
+def _fields(d: Deployment) -> dict[str, str | None]:
     return {field: None if _value(d, field) is None else str(_value(d, field)) for field, _ in COMPONENTS} | _extra_flags(d)
 
 
-def components(d) -> dict[str, str]:
+def components(d: Deployment) -> dict[str, str]:
     """Everything that changes the page format, as display strings (words of COMPONENTS -> value)."""
     words = dict(COMPONENTS) | {flag: flag for flag in EXTRA_FLAGS}
     return {words[field]: "default" if value is None else value for field, value in _fields(d).items()}
 
 
-def _extra_flags(d) -> dict[str, str]:
+def _extra_flags(d: Deployment) -> dict[str, str]:
     """The flags of EXTRA_FLAGS that hicache_extra_args gives (`--flag value` or `--flag=value`)."""
     found, args = {}, [str(a) for a in d.extra_args]
     for i, arg in enumerate(args):
@@ -72,13 +74,13 @@ def _extra_flags(d) -> dict[str, str]:
     return found
 
 
-def _slug(d) -> str:
+def _slug(d: Deployment) -> str:
     base = posixpath.basename(str(d.served_name).rstrip("/")) or "model"
     slug = re.sub(r"[^a-z0-9._-]+", "-", base.lower()).strip("-._") or "model"
     return slug[:40].rstrip("-._") or "model"
 
 
-def derived(d) -> str:
+def derived(d: Deployment) -> str:
     """The name `auto` gives: the model's slug and a hash of every component (stable across runs and hosts)."""
     digest = hashlib.sha256(json.dumps({"format": FORMAT, **_fields(d)}, sort_keys=True).encode()).hexdigest()[:HASH_CHARS]
     return f"{_slug(d)}-{digest}"
@@ -89,7 +91,7 @@ def is_derived(name: str) -> bool:
     return bool(_DERIVED.fullmatch(name))
 
 
-def of(d) -> str | None:
+def of(d: Deployment) -> str | None:
     """This server's namespace; None when the namespace is off or the server has no L3 tier."""
     if d.storage_backend is None or d.l3_namespace == OFF:
         return None
@@ -100,17 +102,17 @@ def _join(base: str | None, name: str | None) -> str | None:
     return posixpath.join(base, name) if base and name else base
 
 
-def host_dir(d) -> str | None:
+def host_dir(d: Deployment) -> str | None:
     """The server's L3 directory on its host: <hicache_cache_dir>/<namespace>, or hicache_cache_dir when off."""
     return _join(d.cache_dir, of(d)) if d.storage_backend in ("file", "nixl") else None
 
 
-def server_dir(d, cache_dir: str | None) -> str | None:
+def server_dir(d: Deployment, cache_dir: str | None) -> str | None:
     """The same directory as the server sees it, under `cache_dir` (the container's mount point of the tier)."""
     return _join(cache_dir, of(d))
 
 
-def explain(d) -> str:
+def explain(d: Deployment) -> str:
     """One line for `validate`: the namespace and what it is derived from."""
     if d.storage_backend is None:
         return "no L3 tier (hicache_storage_backend unset)"
@@ -152,7 +154,7 @@ KEYED_BY_BACKEND = {
 }
 
 
-def dcp_size(d) -> int:
+def dcp_size(d: Deployment) -> int:
     """--dcp-size in hicache_extra_args (`--dcp-size N` or `--dcp-size=N`), 1 when not given or not a number."""
     args = [str(a) for a in d.extra_args]
     for i, arg in enumerate(args):

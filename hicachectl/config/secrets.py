@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hicachectl.config import schema
+from hicachectl.config.deployment import Deployment
 
 MASK = "********"
 SECRETS_ENV = "secrets.env"  # in cfg/, mode 0600: NAME=value lines, the format of `docker run --env-file`
@@ -240,7 +241,7 @@ def looks_secret(key: str) -> bool:
     return bool(_LOOKS_SECRET.search(key))
 
 
-def check(d, out) -> None:
+def check(d: Deployment, out) -> None:
     """The validate rule for secrets (registered by hicachectl/rules/__init__.py): env-file values that cannot be written, secret keys
     that match nothing (a typo leaves the value in clear), and keys that look secret but are not marked."""
     keys = secret_keys(d)

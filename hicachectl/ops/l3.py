@@ -37,6 +37,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hicachectl.config import namespace, schema
+from hicachectl.config.deployment import Deployment
 
 # The form of a namespace directory's name: the domain of hicache_l3_namespace (the module carries a copy).
 NAME_FORM = re.compile(schema.BY_NAME["hicache_l3_namespace"].domain.pattern)
@@ -59,7 +60,7 @@ def is_bucket(name: str) -> bool:
     return bool(BUCKET_FORM.fullmatch(name))
 
 
-def listable(d) -> bool:
+def listable(d: Deployment) -> bool:
     """Whether the server's pages are files under hicache_cache_dir on its host (file and nixl backends)."""
     return namespace.host_dir(d) is not None
 
@@ -319,7 +320,7 @@ def reader_order(tier: Tier, limited: Iterable[str]) -> list[str]:
     return [h for h in tier.hosts if h in allowed]
 
 
-def describe(d) -> str:
+def describe(d: Deployment) -> str:
     """`validate`'s line for a server: `L3 namespace: NAME (model ..., KV dtype ..., page size ...)`, or the warning."""
     if d.storage_backend is None:
         return "L3 namespace: none (no L3 tier: hicache_storage_backend unset)"
@@ -332,5 +333,5 @@ def describe(d) -> str:
     return f"L3 namespace: {name} ({how}{parts}) at {where}"
 
 
-def is_off(d) -> bool:
+def is_off(d: Deployment) -> bool:
     return d is not None and d.storage_backend is not None and namespace.of(d) is None

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hicachectl import rules
-from hicachectl.config.deployment import version_tuple
+from hicachectl.config.deployment import Deployment, version_tuple
 from hicachectl.ops import metrics
 from hicachectl.plans import router, sglang_image
 
@@ -44,7 +44,7 @@ def _router(host: str, variables: Mapping[str, Any]) -> dict[str, str]:
     return {"host": host, "url": router.base_url(d), "unit": router.unit_path(d)}
 
 
-def plan(d, host: str, hostvars: Mapping[str, Any], all_hostvars: Mapping[str, Mapping[str, Any]], routers: Iterable[str]) -> dict[str, Any]:
+def plan(d: Deployment, host: str, hostvars: Mapping[str, Any], all_hostvars: Mapping[str, Mapping[str, Any]], routers: Iterable[str]) -> dict[str, Any]:
     """What a restart of the server `host` (its Deployment `d`, its host variables `hostvars`) does around the routers
     `routers` (the hosts of group hicache_routers, each with its variables in `all_hostvars`). The router URL is as
     the router host reaches its own API (the module runs there)."""
@@ -71,7 +71,7 @@ def same_image(a: str, b: str) -> bool:
     return sglang_image.qualify(a) == sglang_image.qualify(b)
 
 
-def downgrade(d, running: Mapping[str, Any] | None) -> str:
+def downgrade(d: Deployment, running: Mapping[str, Any] | None) -> str:
     """Why rolling the inventory's image out would be a downgrade of what the server runs now: the SGLang version of
     its image (hicache_sglang_version, else read from the tag) is older than the one in `running`, the record the
     server started with (deployed.json, roles/sglang_server/tasks/restart.yml writes it once healthy). '' when it is
@@ -95,7 +95,7 @@ def downgrade(d, running: Mapping[str, Any] | None) -> str:
 DOWNLOAD_LOCK = ".hicache-download.lock"
 
 
-def _download_key(d) -> tuple:
+def _download_key(d: Deployment) -> tuple:
     return d.model_share, d.model_dir
 
 

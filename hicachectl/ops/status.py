@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from hicachectl.config.deployment import Deployment
 from hicachectl.ops import rolling, verify
 from hicachectl.plans import router
 
@@ -35,7 +36,7 @@ def config_state(deployed: Mapping[str, Any], installed: Mapping[str, Any], want
     return OTHER
 
 
-def judge(d, state: Mapping[str, Any]) -> dict[str, Any]:
+def judge(d: Deployment, state: Mapping[str, Any]) -> dict[str, Any]:
     """One server's verdict: {"ok", "config", "healthy", "unit", "l3_backend": verify.storage_backend_check's check
     (None: no backend to check), "problems": [why it is not fine, one phrase each]}."""
     deployed, installed = state.get("deployed") or {}, state.get("installed") or {}

@@ -20,7 +20,7 @@ from typing import Any
 
 # Three outcomes: a check that could not be made is "not checked", never a pass; where it was asked for, it fails.
 from hicachectl.config import namespace, secrets
-from hicachectl.config.deployment import uses_uring
+from hicachectl.config.deployment import Deployment, uses_uring
 from hicachectl.formats import prompts
 from hicachectl.ops import metrics
 from hicachectl.plans import sglang_server
@@ -34,7 +34,7 @@ PAGE_FORMAT_INFO = (("served_model_name", "model"), ("revision", "model revision
                     ("hicache_mem_layout", "memory layout"), ("hicache_storage_backend", "backend"))
 
 
-def ring_key(d) -> tuple[str, str] | None:
+def ring_key(d: Deployment) -> tuple[str, str] | None:
     """The ring of the L3 proof a server (its Deployment) belongs to: its hicache_l3_share and the model it serves
     (hicache_model_repo, else hicache_model_path). Servers of one tier that serve other models write other pages on
     purpose (a shared tier holds several models), so each model's servers prove the sharing among themselves; servers
@@ -75,12 +75,12 @@ _NO_ADMIN_KEY = "requires admin API key"  # in SGLang's 400 answer without --adm
 L3_BACKEND = "L3 backend"  # the check's name
 
 
-def admin_api_key(d) -> str | None:
+def admin_api_key(d: Deployment) -> str | None:
     """The server's --admin-api-key: hicache_admin_api_key (validate refuses the flag in hicache_extra_args)."""
     return d.admin_api_key
 
 
-def storage_backend_request(d) -> dict[str, Any]:
+def storage_backend_request(d: Deployment) -> dict[str, Any]:
     """GET /hicache/storage-backend as the server's own host asks it: its URL and headers (the admin key, when the
     server has one: send them under no_log)."""
     key = admin_api_key(d)
@@ -88,7 +88,7 @@ def storage_backend_request(d) -> dict[str, Any]:
             "headers": secrets.bearer(key)}
 
 
-def storage_backend_check(d, answer: Mapping[str, Any] | None, info: Mapping[str, Any] | None = None) -> dict[str, str] | None:
+def storage_backend_check(d: Deployment, answer: Mapping[str, Any] | None, info: Mapping[str, Any] | None = None) -> dict[str, str] | None:
     """Whether the inventory's L3 backend is attached now (a runtime detach shows only in GET /hicache/storage-backend),
     from that GET's answer (`answer` None: it was not asked) and /server_info (`info`, what the server started with).
     None when there is nothing to check: no backend in the inventory and none reported attached."""
@@ -136,7 +136,7 @@ def storage_backend_check(d, answer: Mapping[str, Any] | None, info: Mapping[str
     return _check(L3_BACKEND, NOT_CHECKED, f"GET {STORAGE_BACKEND_PATH} answered {code if code > 0 else 'nothing'}")
 
 
-def _same_extra_config(d, attached: Any) -> bool:
+def _same_extra_config(d: Deployment, attached: Any) -> bool:
     """Whether the extra config GET /hicache/storage-backend reports is the one the inventory starts the server with:
     SGLang keeps the --hicache-storage-backend-extra-config text it started with (inline JSON, or @<file>), or the JSON
     of a runtime attach (tokenizer_control_mixin.py attach_hicache_storage). The role's io_uring fallback (posix_aio
@@ -161,7 +161,7 @@ def detached(check: Mapping[str, Any] | None) -> bool:
     return bool(check) and check["status"] == FAIL and check["detail"].startswith("no storage backend attached")
 
 
-def plan(d, salt: str, writer=None) -> dict[str, Any]:
+def plan(d: Deployment, salt: str, writer=None) -> dict[str, Any]:
     """URLs, requests and thresholds for one host (what the playbook sends). `writer` is the Deployment of
     the host whose server writes this host's proof prompt to the shared L3 (None or `d`: this host's own)."""
     writer = writer or d
@@ -204,7 +204,7 @@ def _usage(result) -> dict:
     return _json(result).get("usage") or {} if isinstance(_json(result), dict) else {}
 
 
-def server_drift(d, info: Mapping[str, Any]) -> list[str]:
+def server_drift(d: Deployment, info: Mapping[str, Any]) -> list[str]:
     """What the running server (its /server_info) does differently from the inventory, one phrase each."""
     return [f"{what} {info[field]} (inventory: {want_value})" for field, what, want_value in
             (("page_size", "page size", d.page_size), ("hicache_write_policy", "write policy", d.write_policy),
@@ -219,7 +219,7 @@ def running_differences(writer_info: Mapping[str, Any], info: Mapping[str, Any])
             if field in writer_info and field in info and writer_info[field] != info[field]]
 
 
-def format_differences(writer, d, writer_info: Mapping[str, Any], info: Mapping[str, Any]) -> list[str]:
+def format_differences(writer, d: Deployment, writer_info: Mapping[str, Any], info: Mapping[str, Any]) -> list[str]:
     """What differs between the writer and this host: the inventory's page format and namespace
     (namespace.differences), then what only the running servers show."""
     left, right = namespace.components(writer), namespace.components(d)
@@ -227,7 +227,7 @@ def format_differences(writer, d, writer_info: Mapping[str, Any], info: Mapping[
     return list(namespace.differences(writer, d)) + [phrase for what, phrase in running_differences(writer_info, info) if what not in said]
 
 
-def endpoint_checks(d, obs: Mapping[str, Any]) -> list[dict[str, str]]:
+def endpoint_checks(d: Deployment, obs: Mapping[str, Any]) -> list[dict[str, str]]:
     unit = d.service_name
     checks = []
     health = _status(obs.get("health"))
@@ -280,17 +280,17 @@ SGLANG_WRITE_POLICY = "write_through"
 SGLANG_PREFETCH_THRESHOLD = 256
 
 
-def write_policy(d) -> str:
+def write_policy(d: Deployment) -> str:
     """The write policy the server runs with: the inventory's, else SGLang's default."""
     return d.write_policy or SGLANG_WRITE_POLICY
 
 
-def prefetch_policy(d) -> str:
+def prefetch_policy(d: Deployment) -> str:
     """The prefetch policy the server runs with: the inventory's, else SGLang's default."""
     return d.prefetch_policy or SGLANG_PREFETCH_POLICY
 
 
-def prefetch_threshold(d) -> int:
+def prefetch_threshold(d: Deployment) -> int:
     """Tokens below which SGLang does not load a prefix from L3 at all (unified_radix_cache.py: len(prefetch_key) <
     prefetch_threshold returns); the controller takes max(prefetch_threshold, page_size)."""
     value = d.extra_config.get("prefetch_threshold", SGLANG_PREFETCH_THRESHOLD) if d.extra_config else SGLANG_PREFETCH_THRESHOLD
@@ -305,7 +305,7 @@ def _keys_changed(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[s
     return changes
 
 
-def _l3_write(d, writer, obs: Mapping[str, Any]) -> tuple[dict[str, str], bool]:
+def _l3_write(d: Deployment, writer, obs: Mapping[str, Any]) -> tuple[dict[str, str], bool]:
     """The first half of the proof: the writer's server wrote the long prompt's pages to L3."""
     by = f" by {writer.inventory_host}" if writer is not d else ""
     on = f" on {writer.inventory_host}" if writer is not d else ""
@@ -338,7 +338,7 @@ def _l3_write(d, writer, obs: Mapping[str, Any]) -> tuple[dict[str, str], bool]:
     return _check("L3 write", FAIL, f"{0 if written is None else written:.0f} tokens written{by} for a {prompt_tokens}-token prompt", cause), False
 
 
-def l3_checks(d, obs: Mapping[str, Any], writer=None) -> list[dict[str, str]]:
+def l3_checks(d: Deployment, obs: Mapping[str, Any], writer=None) -> list[dict[str, str]]:
     """The L3 proof: a long prompt written to L3 by the writer (this host's own server, or the one before it
     in its hicache_l3_share), this server restarted, the prompt hitting L3 here."""
     writer = d if writer is None or writer.inventory_host == d.inventory_host else writer
@@ -414,7 +414,7 @@ def l3_checks(d, obs: Mapping[str, Any], writer=None) -> list[dict[str, str]]:
     return checks + [_check(name, FAIL, f"{cached} cached tokens, {hits or 0:.0f} loaded from storage", cause)]
 
 
-def judge(d, obs: Mapping[str, Any], l3: bool, writer=None) -> dict[str, Any]:
+def judge(d: Deployment, obs: Mapping[str, Any], l3: bool, writer=None) -> dict[str, Any]:
     """The checks for one host; `writer` is the Deployment of the host that wrote its L3 proof (None: itself)."""
     checks = [_check(f["item"], FAIL, f["detail"], "the host differs from the inventory: `hicachectl deploy` (or `plan` to see what).")
               for f in obs.get("host_failures", [])]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from hicachectl.config.deployment import Deployment
 from hicachectl.plans import host_limits, launch
 from hicachectl.plans.plan import has_tool
 
@@ -20,7 +21,7 @@ class RuntimePlan:
     units: tuple[str, ...] = ()
 
 
-def runtime_plan(d, facts: dict[str, Any] | None = None) -> RuntimePlan:
+def runtime_plan(d: Deployment, facts: dict[str, Any] | None = None) -> RuntimePlan:
     runtime = d.container_runtime if launch.in_container(d) else None
     missing = ""
     if runtime and facts is not None:

@@ -12,6 +12,7 @@ import hashlib
 
 import jinja2
 
+from hicachectl.config.deployment import Deployment
 from hicachectl.config.paths import ROLES
 from hicachectl.plans import container_runtime, host_limits, l3_collector, nic_tuning, router, sglang_server, storage
 
@@ -83,7 +84,7 @@ class HostChanges:
     kept: list[Kept] = dataclasses.field(default_factory=list)
 
 
-def runtime_tool_files(d) -> list[ToolFile]:
+def runtime_tool_files(d: Deployment) -> list[ToolFile]:
     """What roles/container_runtime/tasks/apply.yml has the NVIDIA Container Toolkit write, per runtime (only where the
     runtime and nvidia-ctk are installed; tests/test_render.py holds these commands to the role's tasks)."""
     runtime = container_runtime.runtime_plan(d).runtime
@@ -117,7 +118,7 @@ def _nic_files(nic) -> list[HostFile]:
     return out
 
 
-def server_host_files(d, fleet=None) -> HostChanges:
+def server_host_files(d: Deployment, fleet=None) -> HostChanges:
     """Every file site.yml's server play writes on a server, role by role in the play's order (nic_tuning, storage,
     host_limits, sglang_server), from each role's plan without host facts. What depends on the host (which ports
     the NIC program finds, whether the tier is mounted, a localports address the host lacks) is read by `plan`.
@@ -163,7 +164,7 @@ def server_host_files(d, fleet=None) -> HostChanges:
     return HostChanges(out, removed, runtime_tool_files(d), kept)
 
 
-def router_host_files(d, servers: dict) -> list[HostFile]:
+def router_host_files(d: Deployment, servers: dict) -> list[HostFile]:
     """The files the router role writes (roles/router/tasks/main.yml): the workers file and the unit, rendered from
     the role's own template with its plan (hicachectl/plans/router.py). `servers`: each server's variables (ansible_host,
     hicache_port, hicache_worker_url, ...), as the role reads them from hostvars."""

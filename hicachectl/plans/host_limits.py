@@ -7,6 +7,8 @@ import dataclasses
 import re
 from typing import Any
 
+from hicachectl.config.deployment import Deployment
+
 LIMITS_FILE = "/etc/security/limits.d/90-hicache-memlock.conf"
 SYSCTL_FILE = "/etc/sysctl.d/90-hicache.conf"
 DROPIN_NAME = "90-hicache-memlock.conf"
@@ -21,7 +23,7 @@ def _field(value) -> str:
     return text
 
 
-def limits_conf(d) -> str:
+def limits_conf(d: Deployment) -> str:
     value = _field(d.limits_memlock)
     if value != "unlimited" and not value.isdigit():
         raise ValueError(f"memlock {value!r} is neither unlimited nor a number of KiB")
@@ -40,7 +42,7 @@ def limits_conf(d) -> str:
 CONTAINERD_SERVICE = "containerd.service"
 
 
-def runtime_service(d) -> str | None:
+def runtime_service(d: Deployment) -> str | None:
     """The container runtime's own daemon unit (the server's unit is ordered after it)."""
     if d.limits_runtime_service:
         return d.limits_runtime_service
@@ -51,14 +53,14 @@ def runtime_service(d) -> str | None:
 KNOWN_RUNTIME_SERVICES = ("docker.service", CONTAINERD_SERVICE)
 
 
-def stale_dropins(d) -> tuple[str, ...]:
+def stale_dropins(d: Deployment) -> tuple[str, ...]:
     """This toolkit's memlock drop-ins on the runtime units this deployment does not use (left by an earlier one with
     Docker): removed. A drop-in on a unit named by an earlier hicache_limits_runtime_service stays (not known here)."""
     used = set(runtime_services(d))
     return tuple(f"/etc/systemd/system/{s}.d/{DROPIN_NAME}" for s in KNOWN_RUNTIME_SERVICES if s not in used)
 
 
-def runtime_services(d) -> tuple[str, ...]:
+def runtime_services(d: Deployment) -> tuple[str, ...]:
     """Every unit whose memlock limit a container's processes can inherit: the runtime's daemon and, with Docker,
     containerd.service, the parent of every container's shim."""
     service = runtime_service(d)
@@ -69,7 +71,7 @@ def runtime_services(d) -> tuple[str, ...]:
     return (service,)
 
 
-def server_sets_memlock(d) -> bool:
+def server_sets_memlock(d: Deployment) -> bool:
     """The server's container sets its own memlock (`--ulimit memlock=` in run.sh/serve.sh, the documents' -1): its spec
     then holds RLIMIT_MEMLOCK and the runtime units' limit does not reach the server (moby daemon/oci_linux.go)."""
     from hicachectl.plans import launch
@@ -77,21 +79,21 @@ def server_sets_memlock(d) -> bool:
     return launch.in_container(d) and "memlock" in (d.container_ulimits or {})
 
 
-def systemd_memlock(d) -> str:
+def systemd_memlock(d: Deployment) -> str:
     """LimitMEMLOCK as `systemctl show` prints it."""
     return "infinity" if d.limits_memlock == "unlimited" else str(int(d.limits_memlock) * 1024)
 
 
-def proc_memlock(d) -> str:
+def proc_memlock(d: Deployment) -> str:
     """"Max locked memory" as /proc/<pid>/limits prints it (soft and hard alike): unlimited, or bytes."""
     return "unlimited" if d.limits_memlock == "unlimited" else str(int(d.limits_memlock) * 1024)
 
 
-def runtime_dropin(d) -> str:
+def runtime_dropin(d: Deployment) -> str:
     return f"# Managed by hicache-deploy: containers inherit the runtime's memlock limit.\n[Service]\nLimitMEMLOCK={systemd_memlock(d)}\n"
 
 
-def sysctl_conf(d) -> str | None:
+def sysctl_conf(d: Deployment) -> str | None:
     if not d.host_sysctls:
         return None
     return "# Managed by hicache-deploy.\n" + "".join(f"{_field(k)} = {_field(v)}\n" for k, v in d.host_sysctls.items())
@@ -148,7 +150,7 @@ class LimitsPlan:
     absent: tuple[str, ...] = ()  # the drop-ins of runtime units this deployment does not use (stale_dropins): removed
 
 
-def limits_plan(d) -> LimitsPlan:
+def limits_plan(d: Deployment) -> LimitsPlan:
     service = runtime_service(d)
     services = runtime_services(d)
     dropin_dir = f"/etc/systemd/system/{service}.d" if service else None

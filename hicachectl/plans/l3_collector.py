@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hicachectl.config import namespace
+from hicachectl.config.deployment import Deployment
 from hicachectl.config.paths import ROLES
 from hicachectl.config.sizing import GB
 
@@ -36,12 +37,12 @@ NO_NAMESPACE = ""  # the servers writing into the tier's directory itself (hicac
 LOCK_NAME = ".hicache-l3-collector.lock"  # on the tier, beside the namespaces (the program's own LOCK_NAME)
 
 
-def budgeted(d) -> bool:
+def budgeted(d: Deployment) -> bool:
     """Whether the server's pages are files on a tier with a budget (the file and nixl backends)."""
     return d is not None and d.l3_budget_gb is not None and namespace.host_dir(d) is not None
 
 
-def tier_name(host: str, d) -> str:
+def tier_name(host: str, d: Deployment) -> str:
     return d.l3_share or host
 
 
@@ -101,7 +102,7 @@ def program():
     return module
 
 
-def service_text(d) -> str:
+def service_text(d: Deployment) -> str:
     """One run, after the tier is mounted (RequiresMountsFor: the mount unit of hicache_cache_dir, when it is one)."""
     return f"""# Managed by hicache-deploy: keeps the L3 tier's pages within its budget (hicache_l3_budget_gb).
 [Unit]
@@ -116,7 +117,7 @@ ExecStart={PROGRAM} --config {CONFIG_FILE}
 """
 
 
-def timer_text(d) -> str:
+def timer_text(d: Deployment) -> str:
     return f"""# Managed by hicache-deploy: runs the L3 tier collector every hicache_l3_collect_interval_min minutes.
 [Unit]
 Description=hicache-deploy L3 tier collector, every {d.l3_collect_interval_min} min

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from hicachectl.config import namespace, schema, secrets
-from hicachectl.config.deployment import _URING_KEYS, PREFIX, field_name
+from hicachectl.config.deployment import _URING_KEYS, PREFIX, Deployment, field_name
 from hicachectl.formats.tomlwriter import dumps as toml_dumps
 
 CONTAINER_CFG_DIR = "/cfg"
@@ -24,7 +24,7 @@ _FIRST_HICACHE_VAR = "hicache_size_gb"
 OBSERVABILITY = {"enable_metrics": "--enable-metrics", "enable_cache_report": "--enable-cache-report"}
 
 
-def flag_pairs(d) -> list[tuple[str, str | None]]:
+def flag_pairs(d: Deployment) -> list[tuple[str, str | None]]:
     """SGLang flags as (flag, value) pairs in catalogue order; value None for a boolean flag."""
     pairs: list[tuple[str, str | None]] = []
     for var in schema.VARIABLES:
@@ -44,7 +44,7 @@ def flag_pairs(d) -> list[tuple[str, str | None]]:
     return pairs
 
 
-def server_secrets_path(d) -> str | None:
+def server_secrets_path(d: Deployment) -> str | None:
     """Where the server reads its secret flags (secrets.SERVER_SECRETS_FILE), when it has any."""
     return posixpath.join(server_cfg_dir(d), secrets.SERVER_SECRETS_FILE) if secrets.server_secret_flags(d) else None
 
@@ -58,22 +58,22 @@ def flag_words(flag: str, value: str | None) -> list[str]:
     return [flag, value]
 
 
-def argv_groups(d) -> list[list[str]]:
+def argv_groups(d: Deployment) -> list[list[str]]:
     """The argv start.sh execs, grouped as it is laid out: launcher, one group per flag, extra args."""
     groups = [list(d.launcher)] + [flag_words(flag, value) for flag, value in flag_pairs(d)]
     return groups + [[str(a)] for a in d.extra_args]
 
 
-def sglang_argv(d) -> list[str]:
+def sglang_argv(d: Deployment) -> list[str]:
     return [word for group in argv_groups(d) for word in group]
 
 
-def server_args(d) -> list[str]:
+def server_args(d: Deployment) -> list[str]:
     """Only the SGLang arguments (no launcher): what SGLang's parser receives."""
     return sglang_argv(d)[len(d.launcher):]
 
 
-def uring_fallback(d):
+def uring_fallback(d: Deployment):
     """The same deployment with the POSIX plugin on POSIX AIO instead of io_uring, O_DIRECT kept (the VAST
     document's fix for 'NIXL fails to create the uring backend')."""
     config = json.loads(json.dumps(d.extra_config))
@@ -85,7 +85,7 @@ def uring_fallback(d):
     return dataclasses.replace(d, extra_config=config)
 
 
-def extra_config(d) -> dict | None:
+def extra_config(d: Deployment) -> dict | None:
     """The backend's extra config; the dynamic backend's key_namespace is the L3 namespace (hicachectl/config/namespace.py)."""
     config = dict(d.extra_config) if d.extra_config else {}
     if d.storage_backend == "dynamic" and namespace.of(d):
@@ -98,21 +98,21 @@ def extra_config(d) -> dict | None:
     return config or None
 
 
-def in_container(d) -> bool:
+def in_container(d: Deployment) -> bool:
     return d.container_runtime != "none"
 
 
-def server_cfg_dir(d) -> str:
+def server_cfg_dir(d: Deployment) -> str:
     """The config directory as the server sees it: /cfg in a container, the host path otherwise."""
     return CONTAINER_CFG_DIR if in_container(d) else d.cfg_dir
 
 
-def server_cache_dir(d) -> str | None:
+def server_cache_dir(d: Deployment) -> str | None:
     """The server's L3 directory as it sees it: its namespace under the tier's mount point (see namespace.py)."""
     return namespace.server_dir(d, d.cache_container_dir if in_container(d) else d.cache_dir)
 
 
-def extra_config_file_name(d) -> str | None:
+def extra_config_file_name(d: Deployment) -> str | None:
     """The file in cfg/ the extra config is written to: hicache_extra_config_file, or extra_config.json when the
     config holds a secret (a secret never goes inline into argv); None: inline JSON."""
     if d.extra_config_file:
@@ -122,7 +122,7 @@ def extra_config_file_name(d) -> str | None:
     return None
 
 
-def extra_config_arg(d) -> str | None:
+def extra_config_arg(d: Deployment) -> str | None:
     """Inline JSON, or `@<cfg>/<file>` when the config is written to a file."""
     config = extra_config(d)
     if config is None:
@@ -133,7 +133,7 @@ def extra_config_arg(d) -> str | None:
     return json.dumps(config)
 
 
-def extra_config_file_text(d, config: dict | None = None) -> str | None:
+def extra_config_file_text(d: Deployment, config: dict | None = None) -> str | None:
     """The extra config file's text (of `config` instead of the host's, e.g. a masked copy, when given)."""
     config = extra_config(d) if config is None else config
     name = extra_config_file_name(d)
@@ -147,7 +147,7 @@ def extra_config_file_text(d, config: dict | None = None) -> str | None:
     return yaml.safe_dump(config, sort_keys=False)
 
 
-def container_env(d) -> dict[str, str]:
+def container_env(d: Deployment) -> dict[str, str]:
     """Environment inside the container that may be shown: the backend's own variables, then the inventory's
     (those named in hicache_secret_keys excepted: see secret_env)."""
     env: dict[str, str] = {}
@@ -163,12 +163,12 @@ def container_env(d) -> dict[str, str]:
     return env
 
 
-def secret_env(d) -> dict[str, str]:
+def secret_env(d: Deployment) -> dict[str, str]:
     """The container's secret environment: written to cfg/secrets.env (0600), passed with --env-file."""
     return secrets.container_secret_env(d)
 
 
-def secret_env_file(d) -> str | None:
+def secret_env_file(d: Deployment) -> str | None:
     """secrets.env on the host, when the host has secret env (docker/podman read --env-file on the host)."""
     return posixpath.join(d.cfg_dir, secrets.SECRETS_ENV) if secret_env(d) else None
 
@@ -179,7 +179,7 @@ def _env_text(value: Any) -> str:
     return str(value)
 
 
-def container_run_groups(d, detach: bool = True) -> list[list[str]]:
+def container_run_groups(d: Deployment, detach: bool = True) -> list[list[str]]:
     """`<runtime> run ...` as groups of words; each group is one line of run.sh (detached, as the VAST
     document runs it) or of serve.sh (in the foreground, removed on exit, for systemd)."""
     groups: list[list[str]] = [
@@ -204,11 +204,11 @@ def container_run_groups(d, detach: bool = True) -> list[list[str]]:
     return [g for g in groups if g]
 
 
-def container_argv(d, detach: bool = True) -> list[str]:
+def container_argv(d: Deployment, detach: bool = True) -> list[str]:
     return [word for group in container_run_groups(d, detach) for word in group]
 
 
-def summary(d) -> dict[str, Any]:
+def summary(d: Deployment) -> dict[str, Any]:
     """What `render --json` and reports show of one host."""
     return {
         "host": d.inventory_host,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from hicachectl.config.deployment import Deployment
 from hicachectl.plans.plan import has_tool
 
 
@@ -19,7 +20,7 @@ class ModelPlan:
     hub_client_found: bool | None  # `hf` is installed here (host facts); None without facts
 
 
-def model_plan(d, facts: dict[str, Any] | None = None) -> ModelPlan:
+def model_plan(d: Deployment, facts: dict[str, Any] | None = None) -> ModelPlan:
     return ModelPlan(
         source=d.model_source,
         dir=d.model_dir,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from hicachectl.config.deployment import Deployment
 from hicachectl.plans import storage
 from hicachectl.plans.plan import INFO, MISSING, NOT_CHECKED, NOT_NEEDED, OK, WARN, Check
 from hicachectl.rules.tiers import host_pool_ranks
@@ -25,7 +26,7 @@ def connectx_interfaces(facts: dict[str, Any]) -> list[dict[str, Any]]:
     return [i for i in facts.get("interfaces", []) if i.get("driver") == "mlx5_core" or i.get("pci_vendor") == MELLANOX_VENDOR]
 
 
-def needs(d) -> dict[str, str | None]:
+def needs(d: Deployment) -> dict[str, str | None]:
     """What the inventory needs of a host: item -> why (None: not needed, and why not is in not_needed_why)."""
     nfs, rdma, container = storage.is_nfs(d), storage.uses_rdma(d), d.container_runtime != "none"
     tier = f"the {d.storage_type} L3 tier"
@@ -42,7 +43,7 @@ def needs(d) -> dict[str, str | None]:
     }
 
 
-def _not_needed_why(item: str, d) -> str:
+def _not_needed_why(item: str, d: Deployment) -> str:
     if item in ("connectx", "nfs_client"):
         return f"not needed: the L3 tier is {d.storage_type}"
     if item in ("rdma", "rpcrdma"):
@@ -54,14 +55,14 @@ def _not_needed_why(item: str, d) -> str:
     return "not needed: hicache_container_runtime is none (start.sh runs on the host)"
 
 
-def _judged(item: str, found: bool, detail: str, needed: dict[str, str | None], d) -> Check:
+def _judged(item: str, found: bool, detail: str, needed: dict[str, str | None], d: Deployment) -> Check:
     why = needed[item]
     if why is None:
         return Check(item, NOT_NEEDED, f"{_not_needed_why(item, d)} (host: {detail})")
     return Check(item, OK if found else MISSING, detail if found else f"{detail} (needed for {why})", required=True)
 
 
-def runtime_check(facts: dict[str, Any], d) -> Check:
+def runtime_check(facts: dict[str, Any], d: Deployment) -> Check:
     runtime = d.container_runtime
     needed = needs(d)
     if runtime == "none":
@@ -86,7 +87,7 @@ def host_checks(facts: dict[str, Any]) -> list[Check]:
             Check("python", OK if python_ok else MISSING, f"{facts.get('python')} on the host (Ansible needs 3.8+)", required=True)]
 
 
-def judge(facts: dict[str, Any], d, ansible_version: str | None = None) -> list[Check]:
+def judge(facts: dict[str, Any], d: Deployment, ansible_version: str | None = None) -> list[Check]:
     """Every item, judged against what the inventory needs; hicache_strict plays no part."""
     needed = needs(d)
     checks: list[Check] = host_checks(facts)
@@ -130,7 +131,7 @@ def judge(facts: dict[str, Any], d, ansible_version: str | None = None) -> list[
     return checks
 
 
-def report(facts: dict[str, Any], d, ansible_version: str | None = None) -> dict[str, Any]:
+def report(facts: dict[str, Any], d: Deployment, ansible_version: str | None = None) -> dict[str, Any]:
     """One host's judgement: every check, what the inventory needs and the host lacks, and the strictness
     that decides whether a deploy fails on it (doctor does not ask)."""
     return summary(judge(facts, d, ansible_version), strict=bool(d.strict))

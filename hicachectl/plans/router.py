@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hicachectl import rules
+from hicachectl.config.deployment import Deployment
 from hicachectl.formats import prompts, quoting
 
 PASS, FAIL, NOT_CHECKED = "pass", "fail", "not checked"  # verify.py's three outcomes
@@ -105,7 +106,7 @@ def served_models(hostvars: Mapping[str, Mapping[str, Any]], servers: Iterable[s
 
 # --- the service ------------------------------------------------------------------------------------
 
-def _connect_host(d) -> str:
+def _connect_host(d: Deployment) -> str:
     """How the router's own host reaches it (a wildcard bind on loopback)."""
     host = d.router_host or "0.0.0.0"
     if host in ("0.0.0.0", "localhost"):
@@ -115,34 +116,34 @@ def _connect_host(d) -> str:
     return _url_host(host)
 
 
-def unit_path(d) -> str:
+def unit_path(d: Deployment) -> str:
     """The router's systemd unit, as the router role installs it: there once the role has run on the host."""
     return f"/etc/systemd/system/{d.router_service_name}.service"
 
 
-def base_url(d) -> str:
+def base_url(d: Deployment) -> str:
     return f"http://{_connect_host(d)}:{d.router_port}"
 
 
-def metrics_url(d) -> str:
+def metrics_url(d: Deployment) -> str:
     return f"http://{_connect_host(d)}:{d.router_prometheus_port}/metrics"
 
 
-def package(d) -> str:
+def package(d: Deployment) -> str:
     return d.router_package or "smg"
 
 
-def version(d) -> str:
+def version(d: Deployment) -> str:
     """The pinned version of the router package: hicache_router_version, else the one this release was checked with."""
     return d.router_version or CHECKED_VERSIONS[package(d)]
 
 
-def binary(d) -> str:
+def binary(d: Deployment) -> str:
     """The package's console script in its virtualenv (smg: `smg`, sglang-router: `sglang-router`)."""
     return f"{d.router_dir.rstrip('/')}/bin/{package(d)}"
 
 
-def launch_argv(d, urls: Iterable[str]) -> list[str]:
+def launch_argv(d: Deployment, urls: Iterable[str]) -> list[str]:
     """The router's command line (what the unit runs once systemd expands the worker URLs)."""
     argv = [binary(d), "launch", "--host", str(d.router_host), "--port", str(d.router_port), "--policy", str(d.router_policy),
             "--prometheus-host", str(d.router_host), "--prometheus-port", str(d.router_prometheus_port)]
@@ -150,7 +151,7 @@ def launch_argv(d, urls: Iterable[str]) -> list[str]:
     return argv + ["--worker-urls", *(normalize(u) for u in urls)]
 
 
-def exec_start(d) -> str:
+def exec_start(d: Deployment) -> str:
     """ExecStart= of the unit: launch_argv with the worker URLs from the environment file ($VAR unbraced: systemd
     splits it into one word per URL, none when it is empty)."""
     return " ".join(quoting.unit_word(w) for w in launch_argv(d, [])) + f" ${WORKERS_VAR}"
@@ -160,7 +161,7 @@ def workers_env(urls: Iterable[str]) -> str:
     return f"# Written by hicache-deploy: the router's workers (the inventory's servers).\n{WORKERS_VAR}={' '.join(normalize(u) for u in urls)}\n"
 
 
-def unit_fields(d) -> dict[str, str]:
+def unit_fields(d: Deployment) -> dict[str, str]:
     """The values roles/router/templates/sglang-router.service.j2 places, each escaped for its unit setting."""
     return {"host": quoting.unit_value(d.inventory_host),
             "description": quoting.unit_value(f"SGLang router {package(d)} {version(d)} (hicache-deploy)"),
@@ -168,7 +169,7 @@ def unit_fields(d) -> dict[str, str]:
             "exec_start": exec_start(d)}
 
 
-def plan(d, hostvars: Mapping[str, Mapping[str, Any]], servers: Iterable[str]) -> dict[str, Any]:
+def plan(d: Deployment, hostvars: Mapping[str, Mapping[str, Any]], servers: Iterable[str]) -> dict[str, Any]:
     """Everything the router role does on the router host `d`, for the servers (host names, their variables in hostvars)."""
     servers = list(servers)
     urls = worker_urls(hostvars, servers)
@@ -213,7 +214,7 @@ def check_router_host(host: str, variables: Mapping[str, Any]) -> tuple[Any, lis
 ROUTER_MIN_FREE_GB = 1
 
 
-def doctor_report(d, facts: Mapping[str, Any], python_missing: str) -> dict[str, Any]:
+def doctor_report(d: Deployment, facts: Mapping[str, Any], python_missing: str) -> dict[str, Any]:
     """doctor's judgement of a router host (`facts`: hicache_host_facts' answer; `python_missing`: the packages the
     router role would install for its virtualenv, as its own probe prints them). The report has preflight's shape."""
     from hicachectl.plans import preflight

@@ -14,6 +14,7 @@ import dataclasses
 import json
 from typing import Any
 
+from hicachectl.config.deployment import Deployment
 from hicachectl.plans import launch
 from hicachectl.plans.plan import has_tool
 
@@ -73,12 +74,12 @@ def qualify(reference: str) -> str:
     return str(parse(reference))
 
 
-def pinned_digest(d) -> str | None:
+def pinned_digest(d: Deployment) -> str | None:
     """hicache_image_digest, else a digest written into hicache_image itself (`name@sha256:...`)."""
     return d.image_digest or _split(d.image)[2]
 
 
-def pull_reference(d) -> str:
+def pull_reference(d: Deployment) -> str:
     """What to pull: the name as the inventory writes it, or on the mirror (the path fully qualified, so a
     Docker Hub name keeps its `library/`); by digest when one is pinned, else by tag."""
     name, tag, _ = _split(d.image)
@@ -90,7 +91,7 @@ def pull_reference(d) -> str:
     return f"{name}:{tag}" if tag else name
 
 
-def accepted_digests(d) -> list[str]:
+def accepted_digests(d: Deployment) -> list[str]:
     """The fully qualified RepoDigests entries that prove the pinned image is there: the pinned digest in
     the repository it was pulled from (the mirror, if any) or in the one the inventory names (Podman lists
     every name of the image, Docker only where it pulled from). [] when nothing is pinned."""
@@ -101,19 +102,19 @@ def accepted_digests(d) -> list[str]:
     return list(dict.fromkeys(wanted))
 
 
-def repository_digest(d) -> str | None:
+def repository_digest(d: Deployment) -> str | None:
     """The fully qualified RepoDigests entry of a correctly pinned image pulled from where the role pulls."""
     accepted = accepted_digests(d)
     return accepted[0] if accepted else None
 
 
-def has_pinned_digest(d, repo_digests) -> bool:
+def has_pinned_digest(d: Deployment, repo_digests) -> bool:
     """Whether RepoDigests as a runtime reports them (Docker's or Podman's spelling) include the pin."""
     accepted = set(accepted_digests(d))
     return bool(accepted) and any(qualify(entry) in accepted for entry in repo_digests or [] if "@" in entry)
 
 
-def local_state(d, inspect_output: str | None) -> dict:
+def local_state(d: Deployment, inspect_output: str | None) -> dict:
     """Judge `<runtime> image inspect <hicache_image>`'s stdout ('' or None when it failed): is the image
     there, and is it the pinned one? {'present', 'current', 'repo_digests', 'reason'}."""
     try:
@@ -130,7 +131,7 @@ def local_state(d, inspect_output: str | None) -> dict:
             "reason": f"{d.image} on this host is not {digest} (its repository digests: {', '.join(seen) or 'none'})"}
 
 
-def pull_argv(d) -> list[str]:
+def pull_argv(d: Deployment) -> list[str]:
     """podman takes --tls-verify per pull; docker takes insecure registries from its daemon config."""
     insecure = ["--tls-verify=false"] if d.container_runtime == "podman" and not d.image_tls_verify else []
     return [d.container_runtime, "pull", *insecure, pull_reference(d)]
@@ -153,7 +154,7 @@ class ImagePlan:
     local: dict[str, Any] | None = None  # with `<runtime> image inspect`: present, current, reason
 
 
-def image_plan(d, facts: dict[str, Any] | None = None, inspect: str | None = None) -> ImagePlan:
+def image_plan(d: Deployment, facts: dict[str, Any] | None = None, inspect: str | None = None) -> ImagePlan:
     runtime = d.container_runtime if launch.in_container(d) else None
     return ImagePlan(
         runtime=runtime,

@@ -13,7 +13,7 @@ from typing import Any
 import jinja2
 
 from hicachectl.config import namespace, secrets
-from hicachectl.config.deployment import uses_uring
+from hicachectl.config.deployment import Deployment, uses_uring
 from hicachectl.config.paths import TEMPLATES
 from hicachectl.formats.quoting import shell_word, unit_value, unit_word
 from hicachectl.plans import l3_collector, launch
@@ -68,12 +68,12 @@ def mount_unit_name(path) -> str:
     return "".join(out) + ".mount"
 
 
-def _start_sh(d) -> str:
+def _start_sh(d: Deployment) -> str:
     command = [" ".join(shell_word(w) for w in group) for group in launch.argv_groups(d)]
     return _environment().get_template("start.sh.j2").render(host=d.inventory_host, command=command)
 
 
-def _script(d, template: str, detach: bool) -> str:
+def _script(d: Deployment, template: str, detach: bool) -> str:
     container = launch.in_container(d)
     run = [" ".join(shell_word(w) for w in group) for group in launch.container_run_groups(d, detach)] if container else []
     return _environment().get_template(template).render(
@@ -84,7 +84,7 @@ def _script(d, template: str, detach: bool) -> str:
         name=d.container_name, unit=unit_name(d))
 
 
-def unit_name(d) -> str:
+def unit_name(d: Deployment) -> str:
     return f"{d.service_name}.service"
 
 
@@ -92,7 +92,7 @@ def _limit(value) -> str:
     return "infinity" if int(value) < 0 else str(value)
 
 
-def unit(d) -> RenderedFile:
+def unit(d: Deployment) -> RenderedFile:
     """The systemd unit that keeps the server running (serve.sh in the foreground)."""
     from hicachectl.plans import host_limits, storage
 
@@ -106,7 +106,7 @@ def unit(d) -> RenderedFile:
     return RenderedFile(unit_name(d), text, "0644")
 
 
-def files(d) -> list[RenderedFile]:
+def files(d: Deployment) -> list[RenderedFile]:
     """Every file of the host's config directory, in a stable order."""
     out = [RenderedFile("start.sh", _start_sh(d), "0755"), RenderedFile("run.sh", _script(d, "run.sh.j2", True), "0755"),
            RenderedFile("serve.sh", _script(d, "serve.sh.j2", False), "0755")]
@@ -141,7 +141,7 @@ def config_hash(rendered: list[RenderedFile]) -> str:
     return digest.hexdigest()[:16]
 
 
-def deployed(d, rendered: list[RenderedFile]) -> dict:
+def deployed(d: Deployment, rendered: list[RenderedFile]) -> dict:
     """The record of a config: installed.json beside its files, deployed.json once it runs. Changes only with the config."""
     return {"config_hash": config_hash(rendered), "image": d.image, "sglang_version": d.sglang_version,
             "served_model_name": d.served_name, "port": d.effective_port,
@@ -187,19 +187,19 @@ class ServerPlan:
     collector_config: str = l3_collector.CONFIG_FILE
 
 
-def first_install(d, facts: dict[str, Any] | None) -> bool:
+def first_install(d: Deployment, facts: dict[str, Any] | None) -> bool:
     """Whether cfg/ may hold files this toolkit did not write (an operator's own start.sh, kept as a backup when
     replaced): true unless the host facts read our installed.json there. Without that read (no facts, or facts that
     did not read the file) it is taken as true, so nothing of the operator's is lost."""
     return not ((facts or {}).get("files") or {}).get(f"{d.cfg_dir}/{INSTALLED}")
 
 
-def with_uring_fallback(d, uring_fallback: bool):
+def with_uring_fallback(d: Deployment, uring_fallback: bool):
     """The deployment as the server runs it: NIXL's POSIX plugin on POSIX AIO where io_uring failed on this host."""
     return launch.uring_fallback(d) if uring_fallback and uses_uring(d) else d
 
 
-def server_plan(d, uring_fallback: bool = False, facts: dict[str, Any] | None = None) -> ServerPlan:
+def server_plan(d: Deployment, uring_fallback: bool = False, facts: dict[str, Any] | None = None) -> ServerPlan:
     asks_uring = uses_uring(d)
     d = with_uring_fallback(d, uring_fallback)
     rendered = files(d)

@@ -9,6 +9,7 @@ import ipaddress
 import re
 from typing import Any
 
+from hicachectl.config.deployment import Deployment
 from hicachectl.plans.plan import MISSING, NOT_CHECKED, OK, Check, kernel_module
 
 NFS_RDMA_PORT = 20049
@@ -28,7 +29,7 @@ class Mount:
         return f"{self.source} {self.point} {self.fstype} {','.join(self.options)} {dump_pass}"
 
 
-def _boot_safety(d) -> list[str]:
+def _boot_safety(d: Deployment) -> list[str]:
     """A storage outage must never block boot: wait for the network, give up after a timeout."""
     return ["_netdev", "nofail", f"x-systemd.mount-timeout={d.storage_mount_timeout}"]
 
@@ -48,7 +49,7 @@ def rdma_netid(server: str | None) -> str:
         return "rdma"
 
 
-def mount(d) -> Mount | None:
+def mount(d: Deployment) -> Mount | None:
     """The mount for the host's L3 directory; None when the local tier is a plain directory."""
     extra = [str(o) for o in d.storage_options]
     if d.storage_type == "vast":
@@ -74,11 +75,11 @@ def mount(d) -> Mount | None:
     return None
 
 
-def is_nfs(d) -> bool:
+def is_nfs(d: Deployment) -> bool:
     return d.storage_type in ("vast", "netapp")
 
 
-def mount_point(d) -> str | None:
+def mount_point(d: Deployment) -> str | None:
     """Where mount() mounts the L3 tier (hicache_cache_dir), None when the tier is a plain directory; reads only what
     decides that, so a role that needs the point (the server's unit) does not read the mount's options."""
     return d.cache_dir if d.cache_dir and (is_nfs(d) or d.storage_device) else None
@@ -105,7 +106,7 @@ def resolve_source(source: str, block_ids: dict[str, str]) -> str | None:
     return block_ids.get(f"{kind}={value.strip(chr(34))}")
 
 
-def nfsrahead_conf(d) -> str:
+def nfsrahead_conf(d: Deployment) -> str:
     """nfs-utils' nfsrahead reads this (via the udev rule it ships) each time an NFS bdi appears."""
     return f"# Managed by hicache-deploy: NFS read-ahead for the L3 tier.\n[nfsrahead]\nnfs={d.storage_read_ahead_kb}\nnfs4={d.storage_read_ahead_kb}\n"
 
@@ -116,7 +117,7 @@ MODULES_LOAD_FILE = "/etc/modules-load.d/hicache-rpcrdma.conf"
 SYSCTL_FILE = "/etc/sysctl.d/90-hicache-storage.conf"
 
 
-def modules_load_conf(d) -> str | None:
+def modules_load_conf(d: Deployment) -> str | None:
     """xprtrdma registers its sysctls (sunrpc.rdma_*) only once rpcrdma is loaded (net/sunrpc/xprtrdma/transport.c,
     xprt_rdma_init); systemd-sysctl.service runs after systemd-modules-load.service, so loading it at boot makes the
     persisted slot table count land before any mount. None: nothing to load."""
@@ -125,7 +126,7 @@ def modules_load_conf(d) -> str | None:
     return "# Managed by hicache-deploy: NFS over RDMA; loaded at boot so that sunrpc.rdma_slot_table_entries applies.\nrpcrdma\n"
 
 
-def sunrpc_sysctls(d) -> dict[str, str]:
+def sunrpc_sysctls(d: Deployment) -> dict[str, str]:
     """NFS over RDMA takes its RPC slots from xprtrdma's table (sunrpc.rdma_slot_table_entries, 4-256, default 128),
     read when a transport is created, i.e. at mount time. The tcp_*slot_table_entries knobs apply to TCP mounts only,
     and lowering tcp_max_slot_table_entries below the kernel's 65536 only harms them: this role never sets them."""
@@ -140,7 +141,7 @@ def sysctl_key(*parts: str) -> str:
     return "/".join(parts)
 
 
-def multipath_interfaces(d, facts: dict | None) -> tuple[list[str], list[str]]:
+def multipath_interfaces(d: Deployment, facts: dict | None) -> tuple[list[str], list[str]]:
     """The local interfaces behind localports: names as given, addresses through the host facts' interfaces.
     Returns (interfaces, localports whose interface this host does not show: an address none of its interfaces holds,
     or a name it has no interface of; without host facts, none)."""
@@ -159,7 +160,7 @@ def multipath_interfaces(d, facts: dict | None) -> tuple[list[str], list[str]]:
     return names, unknown
 
 
-def rp_filter_sysctls(d, facts: dict | None = None) -> dict[str, str]:
+def rp_filter_sysctls(d: Deployment, facts: dict | None = None) -> dict[str, str]:
     """localports multipath needs reverse-path filtering off on each local port (VAST KB). The kernel filters with
     the larger of conf/all and conf/<interface> (Documentation/networking/ip-sysctl.rst, rp_filter), so both must be 0
     for the storage ports; every other interface keeps the filtering it had, by raising its own value (and conf/default,
@@ -224,13 +225,13 @@ VASTNFS_MODPROBE_FILE = "/etc/modprobe.d/hicache-vastnfs.conf"
 EXPOSE_ID_PARAMETER = "/sys/module/sunrpc/parameters/expose_id_in_mountstats"
 
 
-def shows_multipath_paths(d) -> bool:
+def shows_multipath_paths(d: Deployment) -> bool:
     """VAST multipath (remoteports): a mount only vastnfs' client makes (vastnfs_needed_for; where the driver
     is missing, preflight says the host cannot mount), so its sunrpc is the one that takes the parameter."""
     return bool(d.storage_type == "vast" and d.storage_remoteports)
 
 
-def vastnfs_conf(d) -> str | None:
+def vastnfs_conf(d: Deployment) -> str | None:
     """modprobe.d options for vastnfs' sunrpc, applied when the mount (or a boot) loads it; None: nothing to persist."""
     if not shows_multipath_paths(d):
         return None
@@ -238,7 +239,7 @@ def vastnfs_conf(d) -> str | None:
             "# finds the mount's multipath transports (debugfs sunrpc/rpc_clnt/<id>/stats).\noptions sunrpc expose_id_in_mountstats=1\n")
 
 
-def vastnfs_values(d) -> dict[str, str]:
+def vastnfs_values(d: Deployment) -> dict[str, str]:
     """The same, live (a bool parameter reads back as Y), set once the mount has loaded vastnfs' sunrpc."""
     return {EXPOSE_ID_PARAMETER: "Y"} if shows_multipath_paths(d) else {}
 
@@ -253,7 +254,7 @@ def sysctl_conf(sysctls: dict[str, str]) -> str | None:
 NFSRAHEAD_FILE = "/etc/nfs.conf.d/hicache-readahead.conf"
 
 
-def host_files(d, sysctls: dict[str, str]) -> tuple[list[dict[str, str]], list[dict[str, str]], list[str]]:
+def host_files(d: Deployment, sysctls: dict[str, str]) -> tuple[list[dict[str, str]], list[dict[str, str]], list[str]]:
     """What the storage role persists before any mount, as hicache_files takes it: the directories and files it keeps
     (root's, 0755 and 0644) and the files it removes (its own that this tier does not need, and what older releases wrote)."""
     wanted = {NFSRAHEAD_FILE: nfsrahead_conf(d) if is_nfs(d) and d.storage_read_ahead_kb is not None else None,
@@ -331,7 +332,7 @@ class StoragePlan:
     absent: list[str]  # what it removes: its own files this tier does not need, and what older releases wrote
 
 
-def storage_plan(d, facts: dict[str, Any]) -> StoragePlan:
+def storage_plan(d: Deployment, facts: dict[str, Any]) -> StoragePlan:
     the_mount = mount(d)
     mountable, why = can_mount(facts, d) if the_mount else (True, "")
     nfs = is_nfs(d)
@@ -391,7 +392,7 @@ def rdma_transport(facts) -> tuple[bool, str]:
     return False, "no rpcrdma module for this kernel (NFS over RDMA needs it; MOFED or the distribution's kernel provides it)"
 
 
-def local_device(facts, d) -> tuple[bool, str]:
+def local_device(facts, d: Deployment) -> tuple[bool, str]:
     """A local tier's block device: UUID=/LABEL=/PARTUUID=/PARTLABEL= must name a device of this host."""
     source = d.storage_device
     if not is_device_id(source):
@@ -402,7 +403,7 @@ def local_device(facts, d) -> tuple[bool, str]:
     return True, f"{source} is {resolved}"
 
 
-def can_mount(facts, d) -> tuple[bool, str]:
+def can_mount(facts, d: Deployment) -> tuple[bool, str]:
     """Whether this host can perform the L3 mount now, and if not, why. A local tier needs no NFS client."""
     if not is_nfs(d):
         return local_device(facts, d) if d.storage_device else (True, "a plain directory")
@@ -446,7 +447,7 @@ def vastnfs_version_tuple(text: str | None) -> tuple[int, int, int] | None:
     return tuple(int(g) for g in match.groups()) if match else None
 
 
-def vastnfs_options_used(d) -> list[str]:
+def vastnfs_options_used(d: Deployment) -> list[str]:
     """The VAST driver's version-gated options this host's mount uses, named as in VASTNFS_OPTION_VERSIONS."""
     if d.storage_type != "vast":
         return []
@@ -461,7 +462,7 @@ def vastnfs_options_used(d) -> list[str]:
     return used
 
 
-def vastnfs_needed_for(d) -> str | None:
+def vastnfs_needed_for(d: Deployment) -> str | None:
     """Why the mount needs the VAST NFS driver, or None: multipath (remoteports, with localports: mount adds
     localports only with remoteports), nconnect above the stock kernel's 16 (fs/nfs/fs_context.c NFS_MAX_CONNECTIONS;
     vastnfs allows 64), or another of the driver's own options."""
@@ -499,7 +500,7 @@ def vastnfs_present(facts) -> tuple[bool, str]:
     return False, "the VAST NFS driver is neither loaded nor installed (the sunrpc module modprobe would load is the kernel's)"
 
 
-def vastnfs_version_check(facts, d) -> Check | None:
+def vastnfs_version_check(facts, d: Deployment) -> Check | None:
     """The loaded driver's version against the options of this mount that need a newer one. Needs the loaded version:
     installed but not loaded, or a build without a version, is "not checked", with why."""
     used = vastnfs_options_used(d)
@@ -521,7 +522,7 @@ def vastnfs_version_check(facts, d) -> Check | None:
     return Check("vastnfs_version", OK, f"vastnfs {version} has every option of this mount ({wanted})", required=True)
 
 
-def uses_rdma(d) -> bool:
+def uses_rdma(d: Deployment) -> bool:
     """Whether the L3 mount runs over RDMA (the last proto= option wins, as mount.nfs reads them)."""
     the_mount = mount(d) if is_nfs(d) else None
     protos = [o.partition("=")[2] for o in (the_mount.options if the_mount else ()) if o.startswith("proto=")]

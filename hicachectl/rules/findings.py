@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from hicachectl.config.deployment import Deployment
 from hicachectl.rules.output import compact_hosts
 
 ERROR, WARNING = "error", "warning"
@@ -64,7 +65,7 @@ def rule(fn: Callable[[Any, _Collector], None]) -> Callable[[Any, _Collector], N
     return fn
 
 
-def check_deployment(d) -> list[Finding]:
+def check_deployment(d: Deployment) -> list[Finding]:
     out = _Collector(d.inventory_host)
     for fn in _RULES:
         fn(d, out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from hicachectl.config.deployment import PREFIX
+from hicachectl.config.deployment import PREFIX, Deployment
 from hicachectl.rules.findings import ERROR, WARNING, Finding
 from hicachectl.rules.output import compact_hosts
 
@@ -64,7 +64,7 @@ def _documentation_hosts(hosts: Mapping[str, Mapping[str, Any]], connections: Ma
     return findings
 
 
-def _is_mla(d, known: dict[str, bool | None]) -> bool | None:
+def _is_mla(d: Deployment, known: dict[str, bool | None]) -> bool | None:
     """Whether the host's model is MLA, from its config.json (hicache_model_config); None when validate cannot tell
     (no config given, or one the tiers rule already refuses)."""
     from hicachectl.config import sizing

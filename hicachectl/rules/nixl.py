@@ -8,7 +8,7 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any
 
-from hicachectl.config.deployment import PREFIX
+from hicachectl.config.deployment import PREFIX, Deployment
 from hicachectl.rules.findings import rule
 from hicachectl.rules.sglang import _SGLANG_KEYS
 from hicachectl.rules.variables import _type_ok
@@ -30,7 +30,7 @@ def nixl_true(value: Any) -> bool:
     return str(value).lower() in _NIXL_TRUE_WORDS
 
 
-def _nixl_plugin_params(d, out, plugin: str, params: Mapping[str, Any], where: str) -> None:
+def _nixl_plugin_params(d: Deployment, out, plugin: str, params: Mapping[str, Any], where: str) -> None:
     plugin = plugin.upper()
     # NIXL 1.5.1's POSIX plugin picks one io queue and refuses two asked for at once: "POSIX I/O queue parameters
     # use_aio, use_uring, and use_posix_aio are mutually exclusive" (backend creation fails, so SGLang does not start).
@@ -74,7 +74,7 @@ def _nixl_plugin_params(d, out, plugin: str, params: Mapping[str, Any], where: s
 
 
 @rule
-def _nixl_config(d, out):
+def _nixl_config(d: Deployment, out):
     if d.storage_backend != "nixl":
         return
     config = d.extra_config
@@ -109,7 +109,7 @@ def _nixl_config(d, out):
 
 
 @rule
-def _uring_in_container(d, out):
+def _uring_in_container(d: Deployment, out):
     from hicachectl.config.deployment import uses_uring
 
     if uses_uring(d) and d.container_runtime == "docker" and not d.container_seccomp:
@@ -121,7 +121,7 @@ def _uring_in_container(d, out):
 
 
 @rule
-def _nixl_rank_keys(d, out):
+def _nixl_rank_keys(d: Deployment, out):
     """NIXL's keys end in _{model}_{tp_rank}_{tp_size} only (sglang 0.5.23 nixl/hicache_nixl.py, tp_config_suffix;
     MLA: _{model}): the ranks of another pipeline stage or attention-CP group write the same file names, so each
     overwrites the others' pages and a reader loads another stage's layers as its own."""
@@ -145,7 +145,7 @@ def _under(path: str | None, base: str | None) -> bool:
 
 
 @rule
-def _nixl_cleaner(d, out):
+def _nixl_cleaner(d: Deployment, out):
     """NIXL's L3 cleaner (sglang 0.5.23 nixl/nixl_utils.py get_l3_cleaner_config, nixl/nixl_cleaner.py): on unless
     l3_cleaner_enabled is false; every 30 s, once the *filesystem* of its base directory is at high_watermark % (80)
     used (statvfs), it deletes the oldest pages it finds down to low_watermark % (70). It finds only the 2-hex bucket

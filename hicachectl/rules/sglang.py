@@ -9,13 +9,13 @@ import posixpath
 import re
 
 from hicachectl.config import schema, secrets
-from hicachectl.config.deployment import PREFIX, version_tuple
+from hicachectl.config.deployment import PREFIX, Deployment, version_tuple
 from hicachectl.rules.findings import rule
 from hicachectl.rules.variables import _TYPE_WORDS, _type_ok
 
 
 @rule
-def _image_pinned(d, out):
+def _image_pinned(d: Deployment, out):
     image = d.image
     if image is None:  # a role that does not read it, run alone (check_host's role)
         return
@@ -28,13 +28,13 @@ def _image_pinned(d, out):
 
 
 @rule
-def _image_source(d, out):
+def _image_source(d: Deployment, out):
     if (d.image_mirror or d.image_digest) and d.container_runtime == "none":
         out.error("hicache_image_mirror" if d.image_mirror else "hicache_image_digest", "no-container", "there is no image to pull with hicache_container_runtime: none.", "remove it.")
 
 
 @rule
-def _model_source(d, out):
+def _model_source(d: Deployment, out):
     if d.model_source and not d.model_dir:
         out.error("hicache_model_dir", "model-dir-required", f"hicache_model_source {d.model_source} needs a directory for the weights.", "set hicache_model_dir (mounted at hicache_model_path).")
     if d.model_source == "hub" and not d.model_repo:
@@ -45,7 +45,7 @@ def _model_source(d, out):
 
 
 @rule
-def _sglang_version_known(d, out):
+def _sglang_version_known(d: Deployment, out):
     if d.sglang_version is None:
         out.error("hicache_sglang_version", "sglang-version", f"cannot be read from the image {d.image!r}.",
                   f"set hicache_sglang_version to one of {', '.join(schema.SGLANG_VERSIONS)}.")
@@ -62,7 +62,7 @@ def _sglang_version_known(d, out):
 
 
 @rule
-def _served_name(d, out):
+def _served_name(d: Deployment, out):
     if d.served_model_name is not None and ":" in d.served_model_name:
         out.error("hicache_served_model_name", "served-name-colon",
                   f"{d.served_model_name!r} contains ':', which SGLang reserves for 'model:adapter' and refuses at start.",
@@ -74,7 +74,7 @@ def _served_name(d, out):
 
 
 @rule
-def _gpus(d, out):
+def _gpus(d: Deployment, out):
     """The container must get the GPUs its ranks need: TP x PP on one node (hicache_container_gpus, when it counts them)."""
     if d.container_runtime not in ("docker", "podman"):
         return
@@ -96,7 +96,7 @@ def _gpus(d, out):
 
 
 @rule
-def _chunked_prefill(d, out):
+def _chunked_prefill(d: Deployment, out):
     chunk, page = d.chunked_prefill_size, d.page_size or 1
     if chunk is not None and chunk == 0:
         out.error("hicache_chunked_prefill_size", "chunked-prefill-page", "is 0.", "use a positive multiple of the page size, or -1 to disable chunking.")
@@ -107,13 +107,13 @@ def _chunked_prefill(d, out):
 
 
 @rule
-def _size_and_ratio(d, out):
+def _size_and_ratio(d: Deployment, out):
     if d.size_gb is not None and d.ratio is not None:
         out.warn("hicache_ratio", "size-overrides-ratio", f"is ignored: hicache_size_gb={d.size_gb} sets the host pool.", "remove one of the two.")
 
 
 @rule
-def _host_memory_mode(d, out):
+def _host_memory_mode(d: Deployment, out):
     if d.host_memory_mode == "buffer_only":
         if d.storage_backend is None:
             out.error("hicache_host_memory_mode", "buffer-only-needs-storage",
@@ -130,7 +130,7 @@ _WORKING_PAIRS = {"kernel": ("layer_first", "page_first", "page_head"), "direct"
 
 
 @rule
-def _io_layout(d, out):
+def _io_layout(d: Deployment, out):
     io = d.io_backend or "kernel"
     layout = d.mem_layout or "page_first"
     if layout in _WORKING_PAIRS[io]:
@@ -219,13 +219,13 @@ def _secret_words(words) -> list[tuple[int, str, str]]:
 
 
 @rule
-def _secret_launcher(d, out):
+def _secret_launcher(d: Deployment, out):
     for i, flag, secret in _secret_words(d.launcher or ()):
         _secret_flag_error(out, f"hicache_launcher[{i}]", flag, secret)
 
 
 @rule
-def _extra_args(d, out):
+def _extra_args(d: Deployment, out):
     secret_at = {i: (flag, secret) for i, flag, secret in _secret_words(
         [a if isinstance(a, (str, int, float)) and not isinstance(a, bool) else "" for a in d.extra_args])}
     for i, arg in enumerate(d.extra_args):
@@ -249,7 +249,7 @@ def _extra_args(d, out):
 
 
 @rule
-def _storage_backend_needs(d, out):
+def _storage_backend_needs(d: Deployment, out):
     if d.storage_backend in ("file", "nixl") and not d.cache_dir:
         out.error("hicache_cache_dir", "cache-dir-required", f"the {d.storage_backend} backend writes to a directory, and none is set.",
                   "set hicache_cache_dir to the L3 mount point, e.g. /mnt/kvcache.")
@@ -266,7 +266,7 @@ def _storage_backend_needs(d, out):
 
 
 @rule
-def _service(d, out):
+def _service(d: Deployment, out):
     if d.container_runtime == "none":
         if d.cache_container_dir and d.cache_container_dir != d.cache_dir:
             out.error("hicache_cache_container_dir", "no-container", "is set, but with hicache_container_runtime: none there is no container to map it into.",
@@ -280,7 +280,7 @@ _EXTRA_CONFIG_EXTENSIONS = (".json", ".toml", ".yaml", ".yml")
 
 
 @rule
-def _extra_config_file(d, out):
+def _extra_config_file(d: Deployment, out):
     name = d.extra_config_file
     if name is None:
         return
@@ -307,7 +307,7 @@ _SGLANG_KEYS = {"prefetch_threshold": ("int",), "prefetch_timeout_base": ("int",
 
 
 @rule
-def _extra_config_sglang_keys(d, out):
+def _extra_config_sglang_keys(d: Deployment, out):
     for key, kinds in _SGLANG_KEYS.items():
         if key in d.extra_config and not any(_type_ok(k, d.extra_config[key]) for k in kinds):
             out.error(f"hicache_extra_config.{key}", "extra-config-type",
@@ -329,7 +329,7 @@ _STORAGE_DIR_ENV = re.compile(r"SGLANG_HICACHE_\w*_STORAGE_DIR")
 
 
 @rule
-def _container_env_backend(d, out):
+def _container_env_backend(d: Deployment, out):
     for key in d.container_env:
         name = str(key)
         instead = _BACKEND_ENV.get(name) or ("hicache_cache_dir (and hicache_l3_namespace)" if _STORAGE_DIR_ENV.fullmatch(name) else None)
@@ -347,7 +347,7 @@ def _spells(word, flag: str, shortest: str) -> bool:
 
 
 @rule
-def _grpc_port_with_admin_key(d, out):
+def _grpc_port_with_admin_key(d: Deployment, out):
     """SGLang refuses to start its native gRPC server with an admin key (0.5.21 and 0.5.23 arg_groups/serving_hook.py:
     "the native gRPC listener bypasses HTTP auth middleware"); --smg-grpc-mode or --grpc-mode start the legacy one
     instead, which it allows. SGLANG_GRPC_PORT is the flag's environment fallback (environ.py)."""
@@ -366,7 +366,7 @@ def _grpc_port_with_admin_key(d, out):
 
 
 @rule
-def _admin_key_exposed(d, out):
+def _admin_key_exposed(d: Deployment, out):
     """SGLang answers /server_info to any caller when it has no --api-key (0.5.23 utils/auth.py decide_request_auth:
     NORMAL endpoints need a key only when api_key is set), and that answer holds admin_api_key (http_server.py
     server_info, build_server_info) and the merged argv in launch_command: whoever reaches the port reads the key."""

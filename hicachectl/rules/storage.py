@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from hicachectl.config.deployment import PREFIX
+from hicachectl.config.deployment import PREFIX, Deployment
 from hicachectl.rules.findings import rule
 
 # The stock kernel's NFS client refuses nconnect above 16 (fs/nfs/fs_context.c, NFS_MAX_CONNECTIONS 16); vastnfs raises
@@ -25,7 +25,7 @@ def remote_port_count(spec: str | None) -> int | None:
 
 
 @rule
-def _storage(d, out):
+def _storage(d: Deployment, out):
     kind = d.storage_type
     if kind in ("vast", "netapp"):
         for name in ("storage_server", "storage_export"):
@@ -55,7 +55,7 @@ def trunking_option(options) -> str | None:
     return None
 
 
-def _netapp_nconnect(d, out):
+def _netapp_nconnect(d: Deployment, out):
     """ONTAP's pNFS docs (pnfs/pnfs-plan-concept.adoc): pNFS works with nconnect or with session trunking, not with both at
     once; ONTAP allows up to 16 connections."""
     nconnect = d.storage_nconnect
@@ -71,7 +71,7 @@ def _netapp_nconnect(d, out):
                   f"use at most {ONTAP_MAX_NCONNECT}.")
 
 
-def _vast(d, out):
+def _vast(d: Deployment, out):
     ports = remote_port_count(d.storage_remoteports)
     if d.storage_remoteports and d.storage_remoteports != "dns" and ports is None:
         out.error("hicache_storage_remoteports", "remoteports-syntax", f"{d.storage_remoteports!r} is not 'dns' or IP ranges like 172.16.0.1-172.16.0.8~172.16.1.1-172.16.1.8.",
@@ -104,7 +104,7 @@ def _vast(d, out):
 
 
 @rule
-def _roce_priority(d, out):
+def _roce_priority(d: Deployment, out):
     """NFS over RDMA carries RDMA-CM's default ToS, which nic_tuning sets to hicache_nic_roce_dscp << 2 (xprtrdma sets
     none). With trust dscp the port's default dscp2prio map sends DSCP d to priority d >> 3 (mlx5: the firmware's
     default map; mlnx_qos prints it), so that priority must be the lossless one: with PFC and ECN elsewhere, the

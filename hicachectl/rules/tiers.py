@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from hicachectl.config import namespace
-from hicachectl.config.deployment import PREFIX
+from hicachectl.config.deployment import PREFIX, Deployment
 from hicachectl.rules.findings import rule
 from hicachectl.rules.variables import _type_ok
 
@@ -14,7 +14,7 @@ _DYNAMIC_REQUIRED = ("backend_name", "module_path", "class_name")
 
 
 @rule
-def _dynamic_backend(d, out):
+def _dynamic_backend(d: Deployment, out):
     if d.storage_backend != "dynamic":
         return
     for key in _DYNAMIC_REQUIRED:
@@ -25,7 +25,7 @@ def _dynamic_backend(d, out):
         _xkv_limits(d, out)
 
 
-def _xkv_limits(d, out):
+def _xkv_limits(d: Deployment, out):
     for name, flag in (("pp_size", "pipeline parallelism"), ("dp_size", "data parallelism"), ("attn_cp_size", "context parallelism")):
         value = getattr(d, name)
         if value is not None and value > 1:
@@ -44,7 +44,7 @@ def _xkv_limits(d, out):
 
 
 @rule
-def _l3_namespace(d, out):
+def _l3_namespace(d: Deployment, out):
     if d.storage_backend is None:
         return
     if d.storage_backend in ("file", "nixl") and namespace.looks_like_bucket(d.l3_namespace):
@@ -63,7 +63,7 @@ def _l3_namespace(d, out):
                   "remove key_namespace and set hicache_l3_namespace to that name (or to off to keep yours).")
 
 
-def host_pool_ranks(d) -> tuple[int, str]:
+def host_pool_ranks(d: Deployment) -> tuple[int, str]:
     """How many host pools of --hicache-size one server pins, and how: one per rank (sglang's size is per rank,
     #14282): TP x PP, times DP when DP is a set of replicas (with DP attention the DP ranks are the TP ranks)."""
     tp, pp, dp = d.tp_size or 1, d.pp_size or 1, d.dp_size or 1
@@ -74,7 +74,7 @@ def host_pool_ranks(d) -> tuple[int, str]:
 
 
 @rule
-def _host_pool_fits(d, out):
+def _host_pool_fits(d: Deployment, out):
     if d.host_ram_gb is None or d.size_gb is None:
         return
     ranks, how = host_pool_ranks(d)
@@ -96,7 +96,7 @@ _FILE_RATIO = ("eviction_ratio", "SGLANG_HICACHE_FILE_BACKEND_EVICTION_RATIO")
 _SIZE = re.compile(r"\d+|\d+(?:\.\d+)?[kMGT]|\d+(?:Ki|Mi|Gi|Ti)")
 
 
-def _file_bound(d, key: str, env: str):
+def _file_bound(d: Deployment, key: str, env: str):
     """(where it is set, the value) of one bound: the extra config's key, else the container's environment."""
     if d.extra_config.get(key) is not None:
         return f"hicache_extra_config.{key}", d.extra_config[key]
@@ -110,7 +110,7 @@ def _size_set(value) -> bool:
 
 
 @rule
-def _file_backend_bounds(d, out):
+def _file_backend_bounds(d: Deployment, out):
     if d.storage_backend != "file":
         return
     bounded = False
@@ -146,7 +146,7 @@ def _file_backend_bounds(d, out):
 
 
 @rule
-def _l3_budget(d, out):
+def _l3_budget(d: Deployment, out):
     """A budget needs pages in files on the host's tier (the file and nixl backends under hicache_cache_dir)."""
     if d.l3_budget_gb is None:
         if d.l3_namespace_share_pct is not None:
@@ -161,7 +161,7 @@ def _l3_budget(d, out):
 
 
 @rule
-def _working_set(d, out):
+def _working_set(d: Deployment, out):
     """With the model's config, the host pool and the L3 tier are checked against the workload they must hold."""
     if d.model_config is None:
         return
