@@ -1,18 +1,53 @@
 """`hicachectl bench` against the SGLang stand-in, whose prefill model is known: the speedup it reports
-must match that model. The stand-in prefills one prompt at a time, as one GPU would."""
+must match that model. The stand-in prefills one prompt at a time, as one GPU would. Three phases per level
+(recompute, from L3, a repeat without reset), the L3/recompute ratio and the GB/s read from L3; a slow tier
+(the stand-in's STANDIN_L3_READ_DELAY) makes L3 lose, which bench reports as a finding with SGLang's levers; and
+bench never sends SGLang's L3 clear (the stand-in logs it on stderr if it arrives)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import statistics
+import sys
+import urllib.error
 import urllib.request
 
 import pytest
-from support import cli
+from support import ROOT, cli
 
 from hicachectl.ops import bench, metrics
 
+sys.path.insert(0, str(ROOT / "tests/standin"))
+import sglang_pages  # noqa: E402  the stand-in's model (its page bytes), no torch at import
+import sglang_standin  # noqa: E402  the route and log line of SGLang's L3 clear
+
 PREFILL_US, LOAD_US, PAGE, WORDS = 1000, 200, 64, 2000  # sleeps of 0.4-2 s: HTTP costs stay far below 10%
+# The stand-in's model as a config.json: K and V of 1 head of 128 bf16 values in 4 layers, 2048 bytes per token
+STANDIN_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": sglang_pages.MODEL["layer_num"],
+                  "num_attention_heads": sglang_pages.MODEL["head_num"], "num_key_value_heads": sglang_pages.MODEL["head_num"],
+                  "head_dim": sglang_pages.MODEL["head_dim"], "hidden_size": sglang_pages.MODEL["head_dim"], "torch_dtype": "bfloat16"}
+STANDIN_BYTES_PER_TOKEN = 2 * 4 * 1 * 128 * 2
+
+
+def standin_config(tmp_path) -> str:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(STANDIN_CONFIG))
+    return str(path)
+
+
+def l3_clears(proc, port: int) -> int:
+    """How many of SGLang's L3 clears the stand-in got before this call: one is sent here as the control (the stand-in
+    logs every one on stderr, sglang_standin.L3_CLEAR_LOG), then it is stopped and its stderr read."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{sglang_standin.L3_CLEAR}", data=b"{}", method="POST")
+    try:
+        urllib.request.urlopen(request, timeout=10).close()
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 400  # the stand-in refuses it, and logs it
+    proc.terminate()
+    _, stderr = proc.communicate(timeout=30)
+    assert stderr.count(sglang_standin.L3_CLEAR_LOG) >= 1, stderr  # the control reached the log: the check can fail
+    return stderr.count(sglang_standin.L3_CLEAR_LOG) - 1
 
 
 def model_seconds(cached: int) -> float:
@@ -35,45 +70,116 @@ def expected_speedup(l3_cold: list[float] | None = None, l3_warm: list[float] | 
     return mean_ttft([model_seconds(0) + t for t in l3_cold]) / mean_ttft([model_seconds(cached) + t for t in l3_warm])
 
 
-def measured_l3_seconds(port: int, levels=(1, 2, 4)) -> dict[int, tuple[list[float], list[float]]]:
-    """Per level, the backend's seconds of each cold and each warm request, in the order the stand-in served them."""
+def measured_l3_seconds(port: int, levels=(1, 2, 4)) -> dict[int, tuple[list[float], list[float], list[float]]]:
+    """Per level, the backend's seconds of each recompute, L3 and repeat request, in the order the stand-in served
+    them (it has no GPU or host cache: the repeat reads L3 again, its "warm" too)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/standin/l3_seconds", timeout=10) as answer:
         l3 = json.loads(answer.read())
-    assert len(l3["warm"]) == len(l3["cold"]) == sum(levels), l3  # every request went through SGLang's backend
-    out, start = {}, 0
+    assert len(l3["cold"]) == sum(levels) and len(l3["warm"]) == 2 * sum(levels), l3  # every request went through SGLang's backend
+    out, cold, warm = {}, 0, 0
     for level in levels:
-        out[level] = (l3["cold"][start:start + level], l3["warm"][start:start + level])
-        start += level
+        out[level] = (l3["cold"][cold:cold + level], l3["warm"][warm:warm + level], l3["warm"][warm + level:warm + 2 * level])
+        cold, warm = cold + level, warm + 2 * level
     return out
 
 
 @pytest.mark.slow  # the stand-in's L3 is SGLang's own file backend (CPU torch): a start takes 5-20 s here
-def test_bench_reports_the_stand_ins_prefill_model_as_table_json_and_png(standin, tmp_path):
-    port, _ = standin("--served-model-name", "bench", "--page-size", str(PAGE), "--hicache-storage-backend", "file",
-                      "--enable-metrics", "--enable-cache-report",
-                      env={"STANDIN_PREFILL_US_PER_TOKEN": str(PREFILL_US), "STANDIN_LOAD_US_PER_TOKEN": str(LOAD_US)})
+def test_bench_reports_three_phases_the_ratio_and_the_l3_rate_as_table_json_and_png_and_never_clears_l3(standin, tmp_path):
+    port, proc = standin("--served-model-name", "bench", "--page-size", str(PAGE), "--hicache-storage-backend", "file",
+                         "--enable-metrics", "--enable-cache-report",
+                         env={"STANDIN_PREFILL_US_PER_TOKEN": str(PREFILL_US), "STANDIN_LOAD_US_PER_TOKEN": str(LOAD_US)})
     out = tmp_path / "result"
-    run = cli("bench", "--url", f"http://127.0.0.1:{port}", "--concurrency", "1,2,4", "--input-len", str(WORDS), "--out", str(out))
+    run = cli("bench", "--url", f"http://127.0.0.1:{port}", "--concurrency", "1,2,4", "--input-len", str(WORDS), "--out", str(out),
+              "--model-config", standin_config(tmp_path))
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert lines[0].split()[:2] == ["concurrency", "prompt"] and [line.split()[0] for line in lines[2:5]] == ["1", "2", "4"]
+    for header in ("recompute TTFT s", "from L3 TTFT s", "L3/recompute", "L3 read GB/s", "repeat (no reset) TTFT s", "repeat served from"):
+        assert header in lines[0], (header, lines[0])
+    assert not any(line.startswith("finding:") for line in lines), run.stdout  # L3 wins here
     data = json.loads((out / "bench.json").read_text())
-    assert [row["concurrency"] for row in data["levels"]] == [1, 2, 4]
+    assert [row["concurrency"] for row in data["levels"]] == [1, 2, 4] and data["findings"] == []
+    assert data["l3_bytes_per_token"] == STANDIN_BYTES_PER_TOKEN, data["l3_bytes_basis"]
     l3 = measured_l3_seconds(port)
-    assert all(t > 0 for _, warm in l3.values() for t in warm)  # the pages really came back through SGLang's backend
-    for row in data["levels"]:
-        expected = expected_speedup(*l3[row["concurrency"]])
-        assert abs(row["speedup"] / expected - 1) < 0.10, (row, expected, l3[row["concurrency"]])
-        assert row["prompt_tokens"] == WORDS and row["warm_storage_share"] > 0.98
-        assert row["cold_mean_s"] >= WORDS * PREFILL_US / 1e6  # TTFT cannot beat the prefill it waits for
+    assert all(t > 0 for _, warm, _ in l3.values() for t in warm)  # the pages really came back through SGLang's backend
+    loaded = WORDS // PAGE * PAGE
+    for row, line in zip(data["levels"], lines[2:5], strict=True):
+        c = row["concurrency"]
+        expected = expected_speedup(l3[c][0], l3[c][1])
+        assert abs(row["speedup"] / expected - 1) < 0.10, (row, expected, l3[c])
+        assert row["l3_recompute_ratio"] == pytest.approx(row["l3_mean_s"] / row["recompute_mean_s"], abs=2e-3)
+        assert row["l3_recompute_ratio"] == pytest.approx(1 / row["speedup"], rel=0.02) and row["l3_loses"] is False
+        assert row["prompt_tokens"] == WORDS and row["l3_storage_share"] > 0.98
+        assert row["recompute_mean_s"] >= WORDS * PREFILL_US / 1e6  # TTFT cannot beat the prefill it waits for
+        # every phase in the text row: recompute, L3, ratio, share, GB/s, repeat, its source
+        assert f"{row['recompute_mean_s']:.2f} / " in line and f"{row['l3_mean_s']:.2f} / " in line and f"{row['repeat_mean_s']:.2f} / " in line
+        assert f"{row['l3_recompute_ratio']:.2f}" in line and line.rstrip().endswith("storage 99%"), line
+        # bytes from L3: the tokens SGLang's prefetch moved (sglang:prefetched_tokens_total) x the page bytes per token
+        assert row["l3_read_tokens"] == c * loaded and row["l3_read_bytes"] == c * loaded * STANDIN_BYTES_PER_TOKEN
+        assert row["l3_read_gbps"] == pytest.approx(row["l3_read_bytes"] / row["l3_seconds"] / 1e9, rel=1e-3)
+        assert row["l3_op_gbps"] is None  # the file backend times no read (HiCacheStorage.get_stats: None)
+        # the stand-in has no GPU or host cache: the repeat is read from L3 again, and bench says so, not "host"
+        assert row["repeat_sources"] == {"device": 0.0, "host": 0.0, "storage": round(loaded / WORDS, 4), "basis": "metrics"}
+        assert row["repeat_served_from"] == "storage 99%"
+        assert row["l3_sources"]["storage"] == round(loaded / WORDS, 4)
+        # the names before issue #35 stay: cold = recompute, warm = l3
+        assert (row["cold_mean_s"], row["warm_p90_s"], row["warm_storage_share"]) == (row["recompute_mean_s"], row["l3_p90_s"], row["l3_storage_share"])
     four = data["requests"]["4"]
-    assert len(four["cold"]) == 4 and all(r["cached_tokens"] == 0 for r in four["cold"])
-    assert all(r["cached_tokens"] == WORDS // PAGE * PAGE for r in four["warm"])
+    assert len(four["recompute"]) == len(four["l3"]) == len(four["repeat"]) == 4 and four["cold"] == four["recompute"] and four["warm"] == four["l3"]
+    assert all(r["cached_tokens"] == 0 and r["cached_by_source"] is None for r in four["recompute"])
+    assert all(r["cached_tokens"] == loaded for r in four["l3"])
+    # the responses' own breakdown (sglext.cached_tokens_details), asked of the server
+    assert all(r["cached_by_source"] == {"device": 0, "host": 0, "storage": loaded} for r in four["l3"] + four["repeat"])
     # one GPU: the fourth cold prompt waits for the three before it
-    assert max(r["ttft"] for r in four["cold"]) > 3.5 * WORDS * PREFILL_US / 1e6
+    assert max(r["ttft"] for r in four["recompute"]) > 3.5 * WORDS * PREFILL_US / 1e6
     png = (out / "bench.png").read_bytes()
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000
-    assert "warm after flush_cache" in run.stderr
+    assert "from L3 (warm after flush_cache" in run.stderr  # "warm after ...": what tests/fleet read
+    assert l3_clears(proc, port) == 0  # bench reset the server three times (once per level) and never cleared L3
+
+
+@pytest.mark.slow  # the stand-in's L3 is SGLang's own file backend (CPU torch): a start takes 5-20 s here
+def test_bench_says_when_l3_loses_to_recompute_with_sglangs_levers(standin, tmp_path):
+    """A slow tier (STANDIN_L3_READ_DELAY: 50 ms per page read) against a fast prefill: 31 pages from L3 take 1.5 s,
+    recomputing the 2000 tokens 0.4 s. bench must say L3 loses, in the text and in --json, with the levers."""
+    delay, prefill = 0.05, 200
+    port, proc = standin("--served-model-name", "bench", "--page-size", str(PAGE), "--hicache-storage-backend", "file",
+                         "--enable-metrics", "--hicache-storage-prefetch-policy", "wait_complete",
+                         env={"STANDIN_PREFILL_US_PER_TOKEN": str(prefill), "STANDIN_LOAD_US_PER_TOKEN": "20",
+                              "STANDIN_L3_READ_DELAY": str(delay)})
+    args = ("bench", "--url", f"http://127.0.0.1:{port}", "--concurrency", "1", "--input-len", str(WORDS))
+    run = cli(*args, "--out", str(tmp_path / "text"))
+    assert run.returncode == 0, run.stderr  # measured: a finding is a result, not a failure
+    lines = run.stdout.splitlines()
+    assert "LOSES" in lines[2], lines[2]
+    [finding] = [line for line in lines if line.startswith("finding:")]
+    assert "L3 does not beat recompute at concurrency 1" in finding, finding
+    text = run.stdout
+    for lever in ("--hicache-storage-prefetch-policy [now: wait_complete]", "prefetch_threshold (--hicache-storage-backend-extra-config) [now: 256]",
+                  "--hicache-storage-backend [now: file]",
+                  "--page-size [now: 64]", "--hicache-io-backend [now: kernel]"):
+        assert lever in text, (lever, text)
+    assert "L3 read GB/s: no model config.json" in text  # no --model-config: bytes unknown, and said
+    assert lines[-1].startswith("wrote ")
+    data = json.loads(cli(*args, "--out", str(tmp_path / "json"), "--json", check_rc=0).stdout)
+    [row] = data["levels"]
+    assert row["l3_loses"] is True and row["l3_recompute_ratio"] > 1 and row["speedup"] < 1
+    assert row["l3_mean_s"] >= (WORDS // PAGE) * delay  # the slow reads are in the L3 phase's TTFT
+    assert row["recompute_mean_s"] < row["l3_mean_s"] and row["l3_storage_share"] > 0.98  # L3 served it, slowly
+    [found] = data["findings"]
+    assert found["finding"] == "l3-slower-than-recompute" and found["levels"] == [1]
+    assert {lever["lever"]: lever["now"] for lever in found["levers"]} == {
+        "--hicache-storage-prefetch-policy": "wait_complete", "prefetch_threshold (--hicache-storage-backend-extra-config)": 256,
+        "--hicache-storage-backend": "file", "--page-size": 64, "--hicache-io-backend": "kernel"}
+    assert all(lever["source"] for lever in found["levers"])
+    assert l3_clears(proc, port) == 0
+
+
+def test_bench_never_names_sglangs_l3_clear():
+    """The route is not in the bench's code at all (tests/unit/ops/test_no_l3_clear.py scans everything shipped)."""
+    for module in (bench, sys.modules.get("hicachectl.cli.bench") or __import__("hicachectl.cli.bench", fromlist=["bench"])):
+        source = inspect.getsource(module)
+        assert "/clear" not in source and sglang_standin.L3_CLEAR not in source
 
 
 def test_bench_refuses_a_server_it_cannot_reach_and_bad_usage():
@@ -103,7 +209,85 @@ def test_percentiles_and_storage_share():
     assert (phase.ttft("mean"), phase.ttft("p50")) == (4.0, 3.0)
     assert phase.ttft("p90") == pytest.approx(4 + 0.6 * 6)  # interpolated between the 4th and 5th of 5
     assert phase.storage_share == 0.5  # from the responses when metrics are off
+    assert phase.source_shares() is None  # the responses gave no breakdown: the source is not known
     assert bench.Phase(phase.requests, storage_tokens=400).storage_share == 0.8
     assert metrics.total('a{tp_rank="0"} 3\na{tp_rank="1"} 3\n', "a") == 3
     # bench's written tokens (metrics.total, as verify's): the pipeline stages of one server report the same tokens
     assert metrics.total('a{tp_rank="0",pp_rank="0",pp_size="2"} 3\na{tp_rank="0",pp_rank="1",pp_size="2"} 3\n', "a") == 3
+
+
+def _level(c: int, recompute: float, l3: float, repeat_sources=None) -> bench.Level:
+    def phase(t, cached, by_source=None, sources=None):
+        return bench.Phase([bench.Request(t, 1000, cached, by_source)] * c, storage_tokens=None, seconds=2 * t, sources=sources)
+    return bench.Level(c, phase(recompute, 0), phase(l3, 960, {"device": 0, "host": 0, "storage": 960}),
+                       phase(0.1, 960, None, repeat_sources), backed_up_tokens=None)
+
+
+def test_a_finding_only_where_l3_is_not_faster_and_the_repeat_is_named_by_its_source():
+    rows = bench.summary([_level(1, 2.0, 0.5, {"device": 990.0, "host": 0.0, "storage": 0.0}),
+                          _level(2, 2.0, 2.0, {"device": 600.0 * 2, "host": 360.0 * 2, "storage": 0.0})], bytes_per_token=1000)
+    assert [r["l3_loses"] for r in rows] == [False, True] and [r["l3_recompute_ratio"] for r in rows] == [0.25, 1.0]
+    assert rows[0]["repeat_served_from"] == "device 99%" and rows[1]["repeat_served_from"] == "device 60%, host 36%"
+    assert rows[0]["repeat_sources"]["basis"] == "metrics" and rows[0]["l3_sources"]["basis"] == "responses"
+    # bytes: no prefetch metric, so the responses' storage tokens x bytes per token, over the phase's wall time
+    assert rows[0]["l3_read_bytes"] == 960 * 1000 and rows[0]["l3_read_gbps"] == pytest.approx(960 * 1000 / 1.0 / 1e9, rel=1e-3)
+    [found] = bench.findings(rows, {"hicache_storage_prefetch_policy": "timeout", "page_size": 64})
+    assert found["levels"] == [2] and "1.00x recompute's at 2" in found["message"]
+    assert {lever["lever"].split()[0] for lever in found["levers"]} == {
+        "--hicache-storage-prefetch-policy", "prefetch_threshold", "--hicache-storage-backend", "--page-size", "--hicache-io-backend"}
+    text = "\n".join(bench.finding_lines([found]))
+    assert text.startswith("finding: L3 does not beat recompute at concurrency 2") and "--page-size [now: 64]" in text
+    assert bench.findings(rows[:1]) == []
+    # the threshold the server uses: its extra config's, else SGLang's 256; unknown when the config is a file on its host
+    def threshold(info):
+        return {lever["setting"]: lever["now"] for lever in bench.findings(rows, info)[0]["levers"]}["hicache_storage_backend_extra_config"]
+    assert threshold({"hicache_storage_backend_extra_config": '{"prefetch_threshold": 1024}'}) == 1024
+    assert threshold({"page_size": 64}) == 256 and threshold({"hicache_storage_backend_extra_config": "@/etc/x.toml"}) is None
+    # a loss where L3 served little is said to be missing pages, not a slow tier
+    rows[1]["l3_storage_share"] = 0.1
+    assert "only 10% of its prompt came from L3" in bench.findings(rows)[0]["message"]
+    assert bench.served_from(None) == "unknown" and bench.served_from({"device": 0, "host": 0, "storage": 0}) == "prefilled"
+
+
+def test_l3_bytes_per_token_from_the_models_config_and_the_servers_parallelism():
+    llama = str(ROOT / "tests/model_configs/llama-3.1-8b-instruct.json")  # 32 layers, 8 KV heads of 128, bf16
+    assert bench.l3_bytes_per_token(llama, {"tp_size": 1, "page_size": 64})[0] == 32 * 8 * 2 * 128 * 2
+    assert bench.l3_bytes_per_token(llama, {"tp_size": 2, "page_size": 64})[0] == 32 * 8 * 2 * 128 * 2  # each rank its heads
+    assert bench.l3_bytes_per_token(llama, {"tp_size": 1, "page_size": 64, "kv_cache_dtype": "fp8_e4m3"})[0] == 32 * 8 * 2 * 128
+    per_token, basis = bench.l3_bytes_per_token(None, {})
+    assert per_token is None and "--model-config" in basis
+
+
+def test_the_tier_reads_are_the_backends_and_the_share_is_bench_over_raw():
+    from hicachectl import rules
+
+    def deployment(**variables):
+        d, found = rules.check_host("h1", {"hicache_image": "lmsysorg/sglang:v0.5.23-cu129", **variables})
+        assert d is not None and not rules.has_errors(found), [f.format() for f in found]
+        return d
+
+    llama = str(ROOT / "tests/model_configs/llama-3.1-8b-instruct.json")  # 32 layers x 8 KV heads of 128, bf16: 128 KiB per token
+    base = {"hicache_model_path": "/models/m", "hicache_storage_backend": "file", "hicache_cache_dir": "/mnt/l3", "hicache_page_size": 64,
+            "hicache_tp_size": 2}
+    reads, how = bench.tier_reads(deployment(**base), llama)
+    assert reads == {"read_bytes": 64 * 65536, "queue_depth": 2, "direct": False} and "plain reads" in how  # a rank's page, ranks at once
+    reads, how = bench.tier_reads(deployment(**{**base, "hicache_storage_backend": "nixl"}), llama)
+    assert reads == {"read_bytes": 64 * 65536 // 2, "queue_depth": 2 * 256, "direct": True}, how  # K or V; NIXL's queue per rank
+    reads, _ = bench.tier_reads(deployment(**{**base, "hicache_storage_backend": "nixl",
+                                              "hicache_extra_config": {"use_direct_io": False, "kernel_queue_size": 64}}), llama)
+    assert reads == {"read_bytes": 64 * 65536 // 2, "queue_depth": 2 * 64, "direct": False}
+    assert bench.tier_reads(deployment(**base), None)[0] is None
+    rows = [{"concurrency": 1, "l3_read_gbps": 0.5}, {"concurrency": 4, "l3_read_gbps": 1.5}]
+    share = bench.tier_share(rows, {"a": {"gbps": 2.0, "method": "fio", "read_bytes": 4096, "files": 1}, "b": {"gbps": 1.0}})
+    assert share == {"tier_gbps": 3.0, "l3_read_gbps": 1.5, "concurrency": 4, "share": 0.5}
+    lines = bench.tier_lines({"a": {"gbps": 2.0, "method": "fio libaio iodepth=256 direct=1", "read_bytes": 4096, "files": 8, "notes": []},
+                              "b": {"why": "unreachable"}}, share)
+    assert lines == ["L3 tier of a: 2 GB/s raw (fio libaio iodepth=256 direct=1, reads of 4,096 B, 8 files)",
+                     "L3 tier of b: not measured: unreachable",
+                     "SGLang's backend reached 1.5 GB/s from L3 (concurrency 4): 50.0% of the tier's 3 GB/s"]
+    assert bench.tier_share(rows, {"b": {"why": "unreachable"}}) is None
+
+
+def test_bench_tier_needs_an_inventory():
+    run = cli("bench", "--url", "http://127.0.0.1:9", "--tier", "--concurrency", "1")
+    assert run.returncode == 2 and "--tier needs --inventory" in run.stderr

@@ -1,6 +1,7 @@
-"""`hicachectl bench`: cold vs warm TTFT (hicachectl/ops/bench.py measures), against a target: a server given by URL,
-an inventory's server through an SSH tunnel, or an inventory's router with every server behind it. Between cold
-and warm the target is reset: a restart (restart.yml, or the operator's command) or /flush_cache."""
+"""`hicachectl bench`: TTFT recomputed, from L3 and repeated (hicachectl/ops/bench.py measures), against a target: a
+server given by URL, an inventory's server through an SSH tunnel, or an inventory's router with every server behind
+it. Between recompute and L3 the target is reset: a restart (restart.yml, or the operator's command) or /flush_cache.
+Where L3 loses to recompute, the report says so as a finding with the settings that decide it."""
 
 from __future__ import annotations
 
@@ -27,10 +28,18 @@ def bench(inventory: str | None = typer.Option(None, "--inventory", "-i", help="
           out: pathlib.Path | None = typer.Option(None, "--out", help="Directory for bench.json and bench.png (default: ./hicache-bench-<time>); "
                                                 "the chart needs matplotlib: pip install 'hicache-deploy[bench]'."),
           timeout: float = typer.Option(3600, "--timeout", help="Seconds any one step may take (a 120k prompt at 64 concurrent is slow cold)."),
+          model_config: pathlib.Path | None = typer.Option(None, "--model-config", help="The model's config.json (or its directory): gives the "
+                                                           "bytes per token, hence the GB/s read from L3 (default with -i: hicache_model_config)."),
+          tier: bool = typer.Option(False, "--tier", help="With --inventory: also read each benched server's L3 tier as its backend reads it "
+                                    "(page files, O_DIRECT and queue depth as the backend; fio where the host has it) and say what share of "
+                                    "that raw bandwidth SGLang's backend reached."),
+          tier_bytes: int = typer.Option(1 << 30, "--tier-bytes", help="With --tier: bytes written to and read from each tier (removed after)."),
           json: bool = common.JsonOpt) -> None:
-    """Cold vs warm time-to-first-token per concurrency level, warm answered from L3 after a restart (the VAST document's method).
+    """Time-to-first-token per concurrency level in three phases: recompute (cold), from L3 (after a restart or
+    /flush_cache, which keep only L3) and a repeat without reset; the L3/recompute ratio, the GB/s read from L3, and a
+    finding where L3 does not beat recompute (the VAST document's method, extended).
 
-    Exit 0: measured; 1: the server failed or could not be reached; 2: usage.
+    Exit 0: measured (a finding included); 1: the server failed or could not be reached; 2: usage.
     """
     import datetime
     import json as jsonlib
@@ -52,33 +61,86 @@ def bench(inventory: str | None = typer.Option(None, "--inventory", "-i", help="
         raise common.usage(f"--concurrency {concurrency!r}: give whole numbers >= 1 separated by commas, e.g. 1,2,4.")
     if input_len < 1:
         raise common.usage(f"--input-len {input_len}: give at least 1.")
+    if tier and inventory is None:
+        raise common.usage("--tier needs --inventory (the tier is read on the server's host, through Ansible).")
+    if tier_bytes < 1:
+        raise common.usage(f"--tier-bytes {tier_bytes}: give at least 1.")
+    if model_config is not None and not model_config.exists():
+        raise common.usage(f"--model-config {model_config}: no such file or directory.")
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
     salt = f"{stamp}-{secrets.token_hex(4)}"  # never a prompt an earlier run put on L3
     out = out or pathlib.Path(f"hicache-bench-{stamp}")
     with _bench_target(inventory, host, url, restart_command, router) as (target, label):
-        common.say(f"bench {label}: {input_len} words x concurrency {levels}; warm after {target.reset_label}")
+        common.say(f"bench {label}: {input_len} words x concurrency {levels}; recompute, then from L3 (warm after {target.reset_label}), "
+                   "then a repeat without reset")
         results = []
         try:
-            with typer.progressbar(length=2 * sum(levels), label="requests", file=sys.stderr) as bar:
+            info = benching.server_info(target.metrics_urls[0] if target.metrics_urls else target.base_url)
+            with typer.progressbar(length=len(benching.PHASES) * sum(levels), label="requests", file=sys.stderr) as bar:
                 for level in levels:
                     results.append(benching.run_level(target, level, input_len, salt, timeout=timeout, done=lambda: bar.update(1)))
         except (benching.BenchError, OSError) as exc:
             common.say(f"error: {exc}")
             raise typer.Exit(common.EXIT_INVALID) from exc
-    rows = benching.summary(results)
-    data = {"target": label, "input_words": input_len, "output_tokens": 1, "warm_after": target.reset_label, "salt": salt, "levels": rows,
-            "requests": {r.concurrency: {"cold": [dataclasses.asdict(q) for q in r.cold.requests],
-                                         "warm": [dataclasses.asdict(q) for q in r.warm.requests]} for r in results}}
+    per_token, basis = benching.l3_bytes_per_token(str(model_config) if model_config else target.model_config, info)
+    rows = benching.summary(results, per_token)
+    found = benching.findings(rows, info)
+    tiers = _tier_bench(inventory, host, router, str(model_config) if model_config else None, tier_bytes) if tier else {}
+    share = benching.tier_share(rows, tiers) if tier else None
+    data = {"target": label, "input_words": input_len, "output_tokens": 1, "l3_after": target.reset_label, "salt": salt,
+            "l3_bytes_per_token": per_token, "l3_bytes_basis": basis, "levels": rows, "findings": found,
+            "requests": {r.concurrency: {name: [dataclasses.asdict(q) for q in getattr(r, name).requests] for name in benching.PHASES}
+                         for r in results},
+            **({"tier": tiers, "tier_share": share} if tier else {}),
+            "warm_after": target.reset_label}  # the name before issue #35
+    for per_level in data["requests"].values():  # and its phases' names: cold = recompute, warm = l3
+        per_level.update(cold=per_level["recompute"], warm=per_level["l3"])
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(jsonlib.dumps(data, indent=2) + "\n")
     written = [out / "bench.json"]
     try:
-        benching.chart(rows, out / "bench.png", f"{label}: cold vs warm TTFT, ~{input_len} tokens, OSL 1")
+        benching.chart(rows, out / "bench.png", f"{label}: TTFT recomputed, from L3, repeated; ~{input_len} tokens, OSL 1")
         written.append(out / "bench.png")
     except benching.ChartUnavailable as exc:  # measured all the same: exit 0, the table and bench.json, no PNG
         common.say(f"note: no bench.png: {exc}")
-    common.finish(common.EXIT_OK, json, {**data, "chart": str(written[1]) if len(written) > 1 else None},
-                  [report.table(benching.TABLE_HEADERS, benching.table_rows(rows)), f"wrote {' and '.join(map(str, written))}"])
+    # a tier that could not be read is a host that failed (exit 1), after everything measured is reported and written
+    code = common.EXIT_INVALID if any(r.get("gbps") is None for r in tiers.values()) else common.EXIT_OK
+    common.finish(code, json, {**data, "chart": str(written[1]) if len(written) > 1 else None},
+                  [report.table(benching.TABLE_HEADERS, benching.table_rows(rows)), benching.REPEAT_NOTE,
+                   *([] if per_token else [f"L3 read GB/s: {basis}"]), *benching.finding_lines(found),
+                   *benching.tier_lines(tiers, share), f"wrote {' and '.join(map(str, written))}"])
+
+
+def _tier_bench(inventory: str, host: str | None, through_router: bool, model_config: str | None, total: int) -> dict[str, dict]:
+    """bench --tier: playbooks/bench_tier.yml on the benched server (with --router, every server at once, as they read
+    in the L3 phase), each reading its tier as its backend does (ops/bench.py tier_reads); host -> the module's result,
+    or {"why": ...} where it could not be read."""
+    from hicachectl.cli import runner
+    from hicachectl.ops import bench as benching
+
+    inv, deployments = common.guard(inventory, None if through_router else host)
+    if not through_router:
+        deployments = dict([next(iter(deployments.items()))])
+    out, plan = {}, {}
+    for name, d in deployments.items():
+        reads, how = benching.tier_reads(d, model_config or d.model_config)
+        if reads is None:
+            out[name] = {"why": how}
+        else:
+            plan[name] = {**reads, "total_bytes": total}
+            out[name] = {"reads": how}
+    if plan:
+        common.say(f"reading the L3 tier of {', '.join(plan)} ({total:,} bytes each, removed after)")
+        result = runner.run_playbook("bench_tier.yml", inv.path, limit=",".join(plan), hosts=list(plan),
+                                     extravars={"__hicache_tier_bench": plan})
+        for name in plan:
+            report = result.hosts[name].facts.get("hicache_tier_bench_report") if name in result.hosts else None
+            if report and report.get("gbps") is not None:
+                out[name].update({k: report.get(k) for k in ("bytes", "seconds", "gbps", "method", "read_bytes", "files", "queue_depth",
+                                                             "direct", "cache_dropped", "notes", "fio")})
+            else:
+                out[name]["why"] = common.why_failed(result.hosts[name]) if name in result.hosts else "not run"
+    return out
 
 
 def _unreachable(exc: BaseException) -> bool:
@@ -137,7 +199,8 @@ def _bench_target(inventory: str | None, host: str | None, url: str | None, rest
             where = f"{conn.get('ansible_host', name)}:{conn.get('ansible_port', 22)}"
             common.say(f"error: cannot open the bench tunnel to {name}: SSH at {where} did not let us in ({exc or type(exc).__name__}).")
             raise typer.Exit(common.EXIT_INVALID) from exc
-        yield benching.Target(base_url, d.served_name, restart, f"restart of {name} (hicachectl restart)"), f"{name} of {inv.name}"
+        yield (benching.Target(base_url, d.served_name, restart, f"restart of {name} (hicachectl restart)", model_config=d.model_config),
+               f"{name} of {inv.name}")
 
 
 def _router_target(inventory: str, host: str | None):
@@ -183,5 +246,6 @@ def _router_target(inventory: str, host: str | None):
         served = {d.served_name for d in deployments.values()}
         yield (benching.Target(urls[name], next(iter(served)) if len(served) == 1 else None, restart,
                                f"restart of every server behind {name} (hicachectl restart, each drained)",
-                               [urls[s] for s in deployments]),
+                               [urls[s] for s in deployments],
+                               model_config=next((d.model_config for d in deployments.values() if d.model_config), None)),
                f"router {name} of {inv.name} ({len(deployments)} servers)")

@@ -1,9 +1,35 @@
-"""Cold vs warm time-to-first-token, the seeds' method.
+"""Time-to-first-token in three phases per concurrency level (the seeds' cold and warm, and a repeat), and whether
+L3 beats recomputing the prompt (issue #35).
 
-For each concurrency level c: c unique prompts (a fresh salt, so L3 is cold for them) are sent at once
-and their TTFT measured from the stream; then, once /metrics shows their pages written to L3, the
-server is reset (restarted, or its device and host caches flushed) and the same prompts are sent
-again, so the warm hits come from L3. Output length is 1, as in the seeds (ISL~120k, OSL=1).
+For each concurrency level c, c unique prompts (a fresh salt: nothing of them is cached anywhere) are sent at once
+and their TTFT measured from the stream. Output length is 1, as in the seeds (ISL~120k, OSL=1). Three phases:
+- recompute: those prompts cold, every token prefilled (the seeds' "cold");
+- l3: once /metrics shows their pages written to L3, the server is reset and the same prompts sent again, so the hits
+  come from L3 (the seeds' "warm"). The reset is a restart, or POST /flush_cache. What /flush_cache empties, read in
+  SGLang 0.5.23: Scheduler.flush_cache (managers/scheduler.py:5518-5547) calls tree_cache.reset(); with HiCache the
+  tree is a UnifiedRadixCache (mem_cache/registry.py create_unified_radix_cache, init_hicache) whose reset
+  (_reset_full, mem_cache/unified_radix_cache.py:416-453) drops the whole tree, device and host nodes, resets the cache
+  controller and calls mem_pool_host.clear(): the device cache and the host pool go, the storage backend is not
+  touched. Both resets therefore leave L3 alone and nothing else;
+- repeat: the same prompts a third time without any reset. SGLang 0.5.23 has no reset that empties the device cache
+  and keeps the host pool (/flush_cache clears both, above; /release_memory_occupation with the kv_cache tag calls the
+  same flush_cache, managers/scheduler_components/weight_updater.py:351-366), so a phase "from host memory" cannot be
+  forced. This phase is what the server has now, and where its cached tokens came from is what SGLang says: the
+  scheduler's sglang:cached_tokens_total{cache_source=device|host|storage} (observability/metrics_collector.py
+  2118-2130), else the response's sglext.cached_tokens_details {device, host, storage}, which a chat request with
+  return_cached_tokens_details gets (entrypoints/openai/protocol.py CachedTokensDetails; serving_chat.py;
+  managers/scheduler_components/output_streamer.py get_cached_tokens_details). It is labelled with that source, and
+  called host memory only when SGLang counts the tokens as host hits.
+
+The L3 phase's read rate: SGLang exports the tokens its prefetch moved from L3 into host memory,
+sglang:prefetched_tokens_total (StorageMetricsCollector, observability/metrics_collector.py:2212; logged by
+unified_radix_cache.py:2463), not their bytes; bench multiplies them by the bytes an L3 page holds per token (from the
+model's config.json, hicachectl/config/sizing.py, with the server's TP, PP, page size and KV dtype from /server_info)
+and divides by the phase's wall time. Backends that time their reads (hf3fs, mooncake: get_stats) also export
+sglang:prefetch_bandwidth, a histogram of per-op GB/s (metrics_collector.py:2325); file and nixl do not
+(HiCacheStorage.get_stats returns None, mem_cache/hicache_storage.py:478).
+
+When the L3 phase is not faster than recompute, `findings` says so with the server settings that decide it (LEVERS).
 
 Through a router (`bench --router`) the prompts go to the router and the metrics are the sum of every
 server's /metrics (the router has none of SGLang's); the reset restarts every server, each taken out of the
@@ -25,9 +51,16 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from hicachectl.config import secrets
+from hicachectl.config import secrets, sizing
 from hicachectl.formats import prompts
 from hicachectl.ops import metrics
+
+# SGLang 0.5.23's names (observability/metrics_collector.py): the cache sources of sglang:cached_tokens_total
+# (report_cache_source, 2118-2130), the StorageMetricsCollector's L3-to-host tokens (2212) and per-op read GB/s (2325).
+SOURCES = ("device", "host", "storage")
+PREFETCHED = "sglang:prefetched_tokens_total"
+PREFETCH_BANDWIDTH = "sglang:prefetch_bandwidth"
+PHASES = ("recompute", "l3", "repeat")
 
 
 class BenchError(RuntimeError):
@@ -42,6 +75,7 @@ class Target:
     reset_label: str = "flush_cache"
     metrics_urls: list[str] | None = None  # the servers behind a router (their /metrics summed); None: base_url
     admin_key: str | None = dataclasses.field(default=None, repr=False)  # for /flush_cache, when the server has one
+    model_config: str | None = None  # the model's config.json on this machine (hicache_model_config): bytes per token
 
 
 @dataclasses.dataclass
@@ -49,12 +83,18 @@ class Request:
     ttft: float
     prompt_tokens: int
     cached_tokens: int
+    # SGLang's sglext.cached_tokens_details of the response (device, host, storage), None when it sent none
+    cached_by_source: dict[str, int] | None = None
 
 
 @dataclasses.dataclass
 class Phase:
     requests: list[Request]
     storage_tokens: float | None  # tokens loaded from L3 during the phase (metrics)
+    seconds: float | None = None  # wall time: the first request sent to the last answer
+    sources: dict[str, float] | None = None  # cached tokens per SOURCES from /metrics; None: the server exports none
+    prefetched_tokens: float | None = None  # sglang:prefetched_tokens_total's growth: tokens read from L3 into host memory
+    op_gbps: float | None = None  # mean of sglang:prefetch_bandwidth over the phase's reads (hf3fs, mooncake only)
 
     def ttft(self, stat: str) -> float:
         values = [r.ttft for r in self.requests]
@@ -65,24 +105,67 @@ class Phase:
         return statistics.quantiles(values, n=100, method="inclusive")[{"p50": 49, "p90": 89}[stat]]
 
     @property
+    def prompt_tokens(self) -> int:
+        return sum(r.prompt_tokens for r in self.requests)
+
+    @property
     def storage_share(self) -> float | None:
         """Share of the prompt tokens loaded from L3: from the metrics, else from the responses' cached tokens."""
-        prompt = sum(r.prompt_tokens for r in self.requests)
+        prompt = self.prompt_tokens
         if self.storage_tokens is not None and prompt:
             return min(self.storage_tokens / prompt, 1.0)
         return sum(r.cached_tokens for r in self.requests) / prompt if prompt else None
+
+    def cached_from(self) -> tuple[dict[str, float], str] | None:
+        """(cached tokens per source, where that was read): SGLang's metrics when it exports them, else the responses'
+        cached_tokens_details (a response with no cached token has none: zero from every source); None when neither says."""
+        if self.sources is not None:
+            return dict(self.sources), "metrics"
+        if self.requests and all(r.cached_by_source is not None or r.cached_tokens == 0 for r in self.requests):
+            return {s: float(sum(int((r.cached_by_source or {}).get(s) or 0) for r in self.requests)) for s in SOURCES}, "responses"
+        return None
+
+    def source_shares(self) -> dict[str, Any] | None:
+        """Share of the prompt tokens each source served, and the basis (metrics or responses)."""
+        found, prompt = self.cached_from(), self.prompt_tokens
+        if found is None or not prompt:
+            return None
+        tokens, basis = found
+        return {**{s: round(min(tokens.get(s, 0.0) / prompt, 1.0), 4) for s in SOURCES}, "basis": basis}
+
+
+def served_from(shares: dict[str, Any] | None) -> str:
+    """Where a phase's prompt came from, as SGLang counted it: e.g. `device 98%`, `host 61%, device 37%`, `prefilled`."""
+    if shares is None:
+        return "unknown"
+    parts = sorted(((shares[s], s) for s in SOURCES if shares.get(s, 0) >= 0.01), reverse=True)
+    return ", ".join(f"{s} {v:.0%}" for v, s in parts) if parts else "prefilled"
 
 
 @dataclasses.dataclass
 class Level:
     concurrency: int
-    cold: Phase
-    warm: Phase
+    recompute: Phase
+    l3: Phase
+    repeat: Phase | None
     backed_up_tokens: float | None
 
     @property
+    def cold(self) -> Phase:  # the name before issue #35
+        return self.recompute
+
+    @property
+    def warm(self) -> Phase:  # the name before issue #35
+        return self.l3
+
+    @property
     def speedup(self) -> float:
-        return self.cold.ttft("mean") / self.warm.ttft("mean")
+        return self.recompute.ttft("mean") / self.l3.ttft("mean")
+
+    @property
+    def l3_ratio(self) -> float:
+        """Mean TTFT from L3 over mean TTFT recomputed: below 1, L3 pays."""
+        return self.l3.ttft("mean") / self.recompute.ttft("mean")
 
 
 def _get(url: str, timeout: float = 30) -> tuple[int, str]:
@@ -113,9 +196,17 @@ def server_model(base_url: str) -> str:
     return json.loads(body)["data"][0]["id"]
 
 
-def page_size(base_url: str) -> int:
+def server_info(base_url: str) -> dict[str, Any]:
+    """GET /server_info: SGLang's server arguments under their own names ({} when it does not answer)."""
     status, body = _get(base_url + "/server_info")
-    return int(json.loads(body).get("page_size") or 1) if status == 200 else 1
+    try:
+        return json.loads(body) if status == 200 else {}
+    except ValueError:
+        return {}
+
+
+def page_size(base_url: str) -> int:
+    return int(server_info(base_url).get("page_size") or 1)
 
 
 def read_metrics(base_url: str) -> str | None:
@@ -142,7 +233,7 @@ def stream_ttft(base_url: str, body: bytes, timeout: float) -> Request:
         response = conn.getresponse()
         if response.status != 200:
             raise BenchError(f"the server answered {response.status}: {response.read(500).decode(errors='replace')}")
-        ttft, usage = None, {}
+        ttft, usage, details = None, {}, None
         for raw in response:
             line = raw.strip()
             if not line.startswith(b"data:") or line == b"data: [DONE]":
@@ -151,9 +242,13 @@ def stream_ttft(base_url: str, body: bytes, timeout: float) -> Request:
             if ttft is None and any((c.get("delta") or {}).get("content") is not None for c in chunk.get("choices") or []):
                 ttft = time.perf_counter() - start
             usage = chunk.get("usage") or usage
+            # SGLang's extension chunk (serving_chat.py: sglext at response level, choices empty) when asked for
+            details = (chunk.get("sglext") or {}).get("cached_tokens_details") or details
         if ttft is None:
             raise BenchError("the stream ended without a token")
-        return Request(ttft, int(usage.get("prompt_tokens", 0)), int((usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0) or 0))
+        by_source = {s: int(details.get(s) or 0) for s in SOURCES} if isinstance(details, dict) else None
+        return Request(ttft, int(usage.get("prompt_tokens", 0)), int((usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0) or 0),
+                       by_source)
     finally:
         conn.close()
 
@@ -166,6 +261,28 @@ def send_all(base_url: str, bodies: list[bytes], timeout: float, done: Callable[
             future.result()
             done()
         return [f.result() for f in futures]
+
+
+def _histogram_mean(after: str | None, before: str | None, name: str) -> float | None:
+    """The mean of a histogram's observations between two /metrics texts (its _sum and _count grew), None without any."""
+    count = metrics.delta(after, before, lambda t: metrics.total(t, f"{name}_count"))
+    total = metrics.delta(after, before, lambda t: metrics.total(t, f"{name}_sum"))
+    return total / count if count and total is not None else None
+
+
+def measure(target: Target, bodies: list[bytes], timeout: float, done: Callable[[], None]) -> Phase:
+    """One phase: every prompt at once, with what /metrics says the server did meanwhile."""
+    before = target_metrics(target)
+    started = time.perf_counter()
+    requests = send_all(target.base_url, bodies, timeout, done)
+    seconds = time.perf_counter() - started
+    after = target_metrics(target)
+    sources = None
+    if metrics.total(after, metrics.CACHED) is not None:  # a source's series appears at its first token (a Counter's labels)
+        sources = {s: (metrics.total(after, metrics.CACHED, cache_source=s) or 0) - (metrics.total(before, metrics.CACHED, cache_source=s) or 0)
+                   for s in SOURCES}
+    return Phase(requests, metrics.delta(after, before, metrics.storage_hits), seconds, sources,
+                 metrics.delta(after, before, lambda t: metrics.total(t, PREFETCHED)), _histogram_mean(after, before, PREFETCH_BANDWIDTH))
 
 
 def wait_for_backup(read: Callable[[], str | None], before: float | None, expected: int, timeout: float, sleep=time.sleep) -> float | None:
@@ -199,52 +316,258 @@ def flush_cache(target: Target) -> None:
 
 def run_level(target: Target, concurrency: int, input_len: int, salt: str, *, timeout: float, done: Callable[[], None]) -> Level:
     model = target.model or server_model(target.base_url)
-    bodies = [json.dumps(prompts.chat_request(model, prompts.prompt(f"{salt}-c{concurrency}-{i}", input_len), stream=True)).encode()
+    # The responses' cache sources: asked of a server directly; a router (smg) may not pass SGLang's extension fields
+    # on, so behind one the sources come from the servers' /metrics alone.
+    ask = {} if target.metrics_urls else {"return_cached_tokens_details": True}
+    bodies = [json.dumps({**prompts.chat_request(model, prompts.prompt(f"{salt}-c{concurrency}-{i}", input_len), stream=True), **ask}).encode()
               for i in range(concurrency)]
     page = page_size(target.metrics_urls[0] if target.metrics_urls else target.base_url)
     start_metrics = target_metrics(target)
-    cold_requests = send_all(target.base_url, bodies, timeout, done)
-    cold_metrics = target_metrics(target)
-    cold = Phase(cold_requests, metrics.delta(cold_metrics, start_metrics, metrics.storage_hits))
-    expected = sum(r.prompt_tokens // page * page for r in cold_requests)
+    recompute = measure(target, bodies, timeout, done)
+    expected = sum(r.prompt_tokens // page * page for r in recompute.requests)
     backed_up = wait_for_backup(lambda: target_metrics(target), metrics.total(start_metrics, metrics.BACKUPED), expected, timeout)
     if target.reset is None:
         flush_cache(target)
     else:
         target.reset()
     wait_healthy(target.base_url, timeout)
-    warm_start = target_metrics(target)
-    warm_requests = send_all(target.base_url, bodies, timeout, done)
-    warm_metrics = target_metrics(target)
-    warm = Phase(warm_requests, metrics.delta(warm_metrics, warm_start, metrics.storage_hits))
-    return Level(concurrency, cold, warm, backed_up)
+    l3 = measure(target, bodies, timeout, done)
+    repeat = measure(target, bodies, timeout, done)  # no reset: whatever the server holds now (module docstring)
+    return Level(concurrency, recompute, l3, repeat, backed_up)
 
 
-def summary(levels: list[Level]) -> list[dict[str, Any]]:
+def l3_bytes_per_token(config: str | None, info: dict[str, Any]) -> tuple[float | None, str]:
+    """(bytes read from L3 per token the prefetch moves, how that was found) for the server of /server_info `info`.
+
+    An L3 page of a rank holds its layers' K and V for the page's tokens (sizing.size: page_bytes_per_rank, a window
+    model's window included). Every TP rank runs its own prefetch (managers/cache_controller.py, one per scheduler
+    process) and reads its own page (MHA keys carry the TP rank, hicache_storage.py:757-759): bytes per token =
+    page bytes x TP x PP / page size. MLA pages hold no rank (one copy for all): counted once per stage, a lower bound
+    where every TP rank reads the copy (only the file backend allows MLA host dedup: mla_host_dedup.py
+    storage_supports_host_dedup)."""
+    if not config:
+        return None, "no model config.json (--model-config, or hicache_model_config in the inventory): bytes unknown"
+    tp, pp, page = int(info.get("tp_size") or 1), int(info.get("pp_size") or 1), int(info.get("page_size") or 1)
+    try:
+        shape = sizing.model_shape(sizing.load_config(config))
+        s = sizing.size(shape, sizing.Workload(tp_size=tp, pp_size=pp, page_size=page, kv_cache_dtype=info.get("kv_cache_dtype") or "auto"))
+    except sizing.SizingError as exc:
+        return None, f"bytes unknown: {exc}"
+    readers = (1 if shape.attention == "MLA" else tp) * pp
+    return s.page_bytes_per_rank * readers / page, f"config.json: {s.page_bytes_per_rank:,} B per page per rank x {readers} rank(s) / page {page}"
+
+
+def _significant(value: float, digits: int = 4) -> float:
+    """Rounded to `digits` significant figures: GB/s span 0.001 (a test's stand-in) to 100 (a fast tier)."""
+    return float(f"{value:.{digits}g}")
+
+
+def summary(levels: list[Level], bytes_per_token: float | None = None) -> list[dict[str, Any]]:
+    """One row per level. The keys cold_* and warm_* (and warm_storage_share) are the recompute and l3 phases under
+    their names before issue #35, kept for the readers of bench.json that use them."""
     rows = []
     for level in levels:
-        share = level.warm.storage_share
-        rows.append({
+        l3 = level.l3
+        share = l3.storage_share
+        read_tokens = l3.prefetched_tokens if l3.prefetched_tokens is not None else l3.storage_tokens
+        if read_tokens is None:  # no metrics: the responses' storage tokens, else their cached tokens
+            found = l3.cached_from()
+            read_tokens = found[0]["storage"] if found else float(sum(r.cached_tokens for r in l3.requests))
+        read_bytes = None if bytes_per_token is None else read_tokens * bytes_per_token
+        phases = {"recompute": level.recompute, "l3": l3, "repeat": level.repeat}
+        row = {
             "concurrency": level.concurrency,
-            **{f"{phase}_{stat}_s": round(getattr(level, phase).ttft(stat), 3) for phase in ("cold", "warm") for stat in ("mean", "p50", "p90")},
+            **{f"{name}_{stat}_s": round(phase.ttft(stat), 3) for name, phase in phases.items() if phase for stat in ("mean", "p50", "p90")},
+            "l3_recompute_ratio": round(level.l3_ratio, 3),
+            "l3_loses": level.l3_ratio >= 1,
             "speedup": round(level.speedup, 2),
-            "prompt_tokens": round(statistics.fmean(r.prompt_tokens for r in level.cold.requests)),
-            "warm_storage_share": None if share is None else round(share, 4),
+            "prompt_tokens": round(statistics.fmean(r.prompt_tokens for r in level.recompute.requests)),
+            "l3_storage_share": None if share is None else round(share, 4),
+            "l3_sources": l3.source_shares(),
+            "l3_seconds": None if l3.seconds is None else round(l3.seconds, 3),
+            "l3_read_tokens": read_tokens,
+            "l3_read_bytes": None if read_bytes is None else round(read_bytes),
+            "l3_read_gbps": None if read_bytes is None or not l3.seconds else _significant(read_bytes / l3.seconds / 1e9),
+            "l3_op_gbps": None if l3.op_gbps is None else _significant(l3.op_gbps),
+            "repeat_sources": level.repeat.source_shares() if level.repeat else None,
+            "repeat_served_from": served_from(level.repeat.source_shares()) if level.repeat else None,
             "backed_up_tokens": level.backed_up_tokens,
-        })
+        }
+        # the names before issue #35 (docs/bench-sample.json, tests/fleet): cold = recompute, warm = l3
+        row.update({f"cold_{stat}_s": row[f"recompute_{stat}_s"] for stat in ("mean", "p50", "p90")})
+        row.update({f"warm_{stat}_s": row[f"l3_{stat}_s"] for stat in ("mean", "p50", "p90")})
+        row["warm_storage_share"] = row["l3_storage_share"]
+        rows.append(row)
     return rows
+
+
+# What decides whether reading a prompt's KV from L3 beats prefilling it, as SGLang 0.5.23 names it
+# (python/sglang/srt/arg_groups/fields/memory.py and schedule.py for the flags; the extra config's keys are popped by
+# mem_cache/hybrid_cache/hybrid_cache_controller.py parse_storage_backend_extra_config, 378-436). `setting` is the
+# /server_info key whose value the finding shows.
+LEVERS = (
+    {"lever": "--hicache-storage-prefetch-policy", "setting": "hicache_storage_prefetch_policy",
+     "what": "when the prefetch from L3 stops: best_effort (at once, with what has arrived), wait_complete (every page), "
+             "timeout (default: after prefetch_timeout_base + prefetch_timeout_per_ki_token x tokens/1024 s, 1 s and 0.25 s "
+             "by default, in the extra config); a prefill waiting on a slow tier is what makes L3 lose",
+     "source": "arg_groups/fields/memory.py hicache_storage_prefetch_policy; mem_cache/unified_radix_cache.py _can_terminate_prefetch"},
+    {"lever": "prefetch_threshold (--hicache-storage-backend-extra-config)", "setting": "hicache_storage_backend_extra_config",
+     "what": "the fewest tokens a hit must have to be read from L3 (default 256, at least one page): raise it so short "
+             "prefixes are recomputed rather than fetched",
+     "source": "mem_cache/hybrid_cache/hybrid_cache_controller.py parse_storage_backend_extra_config (prefetch_threshold, 256)"},
+    {"lever": "--hicache-storage-backend", "setting": "hicache_storage_backend",
+     "what": "how pages are read: file reads each page's .bin file in turn, one at a time per rank, through the page cache "
+             "(HiCacheFile.batch_get: open, readinto) into a staging page copied into the host pool; nixl hands a batch of "
+             "pages to its plugin in one transfer straight into the host pool (POSIX opens them with O_DIRECT by default: "
+             "use_direct_io in the extra config, or SGLANG_HICACHE_NIXL_USE_DIRECT_IO)",
+     "source": "mem_cache/hicache_storage.py HiCacheFile.get/batch_get; managers/cache_controller.py _generic_page_get, "
+               "_page_get_zero_copy (646-667); mem_cache/storage/nixl/nixl_utils.py get_use_direct_io"},
+    {"lever": "--page-size", "setting": "page_size",
+     "what": "tokens per page: a page is one L3 object (one file for file and nixl), so larger pages mean fewer, larger reads",
+     "source": "arg_groups/fields/schedule.py page_size"},
+    {"lever": "--hicache-io-backend", "setting": "hicache_io_backend",
+     "what": "the copy of the loaded pages from host memory to the GPU: kernel (default) or direct; it follows the tier's "
+             "read, so it counts when the tier is fast",
+     "source": "arg_groups/fields/memory.py hicache_io_backend"},
+)
+
+
+def _lever_now(lever: dict[str, Any], info: dict[str, Any]) -> Any:
+    """The server's value of a lever from /server_info; the prefetch threshold from its extra config (SGLang's default
+    256 when the config is JSON without it; None when the config is a file bench cannot read)."""
+    value = info.get(lever["setting"])
+    if lever["setting"] != "hicache_storage_backend_extra_config":
+        return value
+    if not info:
+        return None
+    if value is None:
+        return 256
+    try:
+        return (json.loads(value) if isinstance(value, str) else dict(value)).get("prefetch_threshold", 256)
+    except (ValueError, TypeError, AttributeError):
+        return None  # "@/path/to/config.toml": on the server's host
+
+
+def findings(rows: list[dict[str, Any]], info: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """What the operator must know from the numbers: the levels where L3 is not faster than recompute, with LEVERS and
+    the server's current value of each (from /server_info `info`)."""
+    losing = [r for r in rows if r["l3_loses"]]
+    if not losing:
+        return []
+    info = info or {}
+    levels = [r["concurrency"] for r in losing]
+    worst = max(losing, key=lambda r: r["l3_recompute_ratio"])
+    message = (f"L3 does not beat recompute at concurrency {', '.join(map(str, levels))}: TTFT from L3 is "
+               f"{worst['l3_recompute_ratio']:.2f}x recompute's at {worst['concurrency']} (mean {worst['l3_mean_s']:.2f} s "
+               f"against {worst['recompute_mean_s']:.2f} s)")
+    share = worst.get("l3_storage_share")
+    if share is not None and share < 0.5:
+        message += (f"; only {share:.0%} of its prompt came from L3, so the pages were not found or not loaded "
+                    "(hicachectl verify --l3 says why)")
+    elif worst.get("l3_read_gbps") is not None:
+        message += f"; L3 delivered {worst['l3_read_gbps']:.3g} GB/s over the phase"
+    levers = [{**lever, "now": _lever_now(lever, info)} for lever in LEVERS]
+    return [{"finding": "l3-slower-than-recompute", "levels": levels, "message": message, "levers": levers}]
+
+
+def finding_lines(found: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for f in found:
+        lines.append(f"finding: {f['message']}.")
+        lines.append("  levers (SGLang 0.5.23):")
+        for lever in f["levers"]:
+            now = "" if lever["now"] is None else f" [now: {lever['now']}]"
+            lines.append(f"  - {lever['lever']}{now}: {lever['what']}")
+    return lines
 
 
 def table_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
     def share(v):
         return "-" if v is None else f"{v:.1%}"
-    return [[str(r["concurrency"]), str(r["prompt_tokens"]),
-             f"{r['cold_mean_s']:.2f} / {r['cold_p50_s']:.2f} / {r['cold_p90_s']:.2f}",
-             f"{r['warm_mean_s']:.2f} / {r['warm_p50_s']:.2f} / {r['warm_p90_s']:.2f}",
-             f"{r['speedup']:.2f}x", share(r["warm_storage_share"])] for r in rows]
+
+    def ttft(r, phase):
+        if f"{phase}_mean_s" not in r:
+            return "-"
+        return f"{r[f'{phase}_mean_s']:.2f} / {r[f'{phase}_p50_s']:.2f} / {r[f'{phase}_p90_s']:.2f}"
+    return [[str(r["concurrency"]), str(r["prompt_tokens"]), ttft(r, "recompute"), ttft(r, "l3"),
+             f"{r['l3_recompute_ratio']:.2f}" + (" LOSES" if r["l3_loses"] else ""), share(r["l3_storage_share"]),
+             "-" if r["l3_read_gbps"] is None else f"{r['l3_read_gbps']:.3g}",
+             ttft(r, "repeat"), r["repeat_served_from"] or "-"] for r in rows]
 
 
-TABLE_HEADERS = ["concurrency", "prompt tokens", "cold TTFT s mean/p50/p90", "warm TTFT s mean/p50/p90", "speedup", "warm tokens from L3"]
+TABLE_HEADERS = ["concurrency", "prompt tokens", "recompute TTFT s mean/p50/p90", "from L3 TTFT s mean/p50/p90", "L3/recompute",
+                 "tokens from L3", "L3 read GB/s", "repeat (no reset) TTFT s mean/p50/p90", "repeat served from"]
+REPEAT_NOTE = ("repeat: the same prompts again without a reset; SGLang has no reset that empties the GPU cache and keeps "
+               "host memory (/flush_cache empties both), so its source is whatever SGLang reports (cache_source).")
+
+
+# `bench --tier`: the reads SGLang 0.5.23's backends make, for plugins/modules/hicache_tier_bench.py to repeat.
+STORAGE_BATCH_SIZE = 128  # mem_cache/hicache_storage.py: the most pages one storage call moves
+NIXL_KERNEL_QUEUE_SIZE = 256  # NIXL's POSIX plugin: DEF_KERNEL_QUEUE_SIZE (io_queue), clamped to 16-1024 (rules/nixl.py)
+_TRUE = ("1", "true", "yes", "y", "on", "enable")
+
+
+def tier_reads(d: Any, config: str | None) -> tuple[dict[str, Any] | None, str]:
+    """({read_bytes, queue_depth, direct}, how they were found) for a server's tier, or (None, why it cannot be read).
+
+    - file (HiCacheFile.get/batch_get, hicache_storage.py:846-880): one `.bin` per page and rank, read whole with plain
+      reads, one key after the other per rank; the TP ranks read at once: reads of a page's bytes, queue depth TP.
+    - nixl (hicache_nixl.py batch_get_v1 -> _batch_xfer; _get_key_list_from_meta): a file for K and one for V per page
+      and rank (one for MLA), a batch of up to STORAGE_BATCH_SIZE pages per transfer, each rank its own NIXL agent
+      keeping up to kernel_queue_size reads in flight: reads of half a page, queue depth TP x min(kernel_queue_size,
+      files per batch); O_DIRECT unless use_direct_io (extra config) or SGLANG_HICACHE_NIXL_USE_DIRECT_IO says no
+      (nixl_utils.py get_use_direct_io; environ.py: on by default)."""
+    backend = d.storage_backend
+    if backend not in ("file", "nixl"):
+        return None, f"hicache_storage_backend {backend}: its pages are not files under hicache_cache_dir"
+    if not config:
+        return None, "a read is one page's bytes: give the model's config.json (--model-config, or hicache_model_config)"
+    try:
+        shape = sizing.model_shape(sizing.load_config(config))
+        page = sizing.size(shape, sizing.workload_for(d)).page_bytes_per_rank
+    except sizing.SizingError as exc:
+        return None, str(exc)
+    tp = d.tp_size or 1
+    if backend == "file":
+        return {"read_bytes": page, "queue_depth": tp, "direct": False}, f"file backend: whole pages of {page:,} B, plain reads, {tp} rank(s) at once"
+    parts = 1 if shape.attention == "MLA" else 2
+    extra = d.extra_config or {}
+    posix = extra.get("plugin", {}).get("posix", {}) if isinstance(extra.get("plugin"), dict) else extra
+    queue = min(max(int(posix.get("kernel_queue_size") or NIXL_KERNEL_QUEUE_SIZE), 16), 1024)
+    if "use_direct_io" in extra:
+        direct = str(extra["use_direct_io"]).lower() in _TRUE
+    else:
+        direct = str((d.container_env or {}).get("SGLANG_HICACHE_NIXL_USE_DIRECT_IO", "1")).lower() in _TRUE
+    depth = tp * min(queue, parts * STORAGE_BATCH_SIZE)
+    return ({"read_bytes": page // parts, "queue_depth": depth, "direct": direct},
+            f"nixl backend: {'K or V of ' if parts == 2 else ''}a page, {page // parts:,} B per read, {'O_DIRECT' if direct else 'buffered'}, "
+            f"{depth} in flight ({tp} rank(s) x min(kernel_queue_size {queue}, {parts * STORAGE_BATCH_SIZE} files per batch))")
+
+
+def tier_share(rows: list[dict[str, Any]], tier: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """What share of the tier's raw read bandwidth (the hosts measured, summed: read at once) SGLang's backend reached
+    in the L3 phase (its best level)."""
+    raw = [r["gbps"] for r in tier.values() if isinstance(r.get("gbps"), (int, float))]
+    measured = [r for r in rows if r.get("l3_read_gbps") is not None]
+    if not raw or not measured or sum(raw) <= 0:
+        return None
+    best = max(measured, key=lambda r: r["l3_read_gbps"])
+    return {"tier_gbps": _significant(sum(raw)), "l3_read_gbps": best["l3_read_gbps"], "concurrency": best["concurrency"],
+            "share": round(best["l3_read_gbps"] / sum(raw), 4)}
+
+
+def tier_lines(tier: dict[str, dict[str, Any]], share: dict[str, Any] | None) -> list[str]:
+    lines = []
+    for host, r in tier.items():
+        if r.get("gbps") is None:
+            lines.append(f"L3 tier of {host}: not measured: {r.get('why') or 'no result'}")
+            continue
+        notes = f"; {'; '.join(r['notes'])}" if r.get("notes") else ""
+        lines.append(f"L3 tier of {host}: {r['gbps']:.3g} GB/s raw ({r['method']}, reads of {r['read_bytes']:,} B, {r['files']} files){notes}")
+    if share:
+        lines.append(f"SGLang's backend reached {share['l3_read_gbps']:.3g} GB/s from L3 (concurrency {share['concurrency']}): "
+                     f"{share['share']:.1%} of the tier's {share['tier_gbps']:.3g} GB/s")
+    return lines
 
 
 # matplotlib (and numpy, which it needs) are the optional extra `bench` (pyproject.toml): only the chart needs them.
@@ -256,8 +579,8 @@ class ChartUnavailable(RuntimeError):
 
 
 def chart(rows: list[dict[str, Any]], path, title: str) -> None:
-    """TTFT against concurrency, cold and warm (mean, with the p50-p90 range shaded). ChartUnavailable without
-    matplotlib (the extra hicache-deploy[bench])."""
+    """TTFT against concurrency, per phase (mean, with the p50-p90 range shaded), each L3 point labelled with its
+    L3/recompute ratio. ChartUnavailable without matplotlib (the extra hicache-deploy[bench])."""
     try:
         import matplotlib
     except ImportError as exc:  # not installed (ModuleNotFoundError), or installed but broken (its numpy, its C parts)
@@ -270,12 +593,16 @@ def chart(rows: list[dict[str, Any]], path, title: str) -> None:
 
     figure, axes = pyplot.subplots(figsize=(7, 4.2), dpi=120)
     x = [r["concurrency"] for r in rows]
-    for phase, colour in (("cold", "#c0392b"), ("warm", "#2471a3")):
-        axes.plot(x, [r[f"{phase}_mean_s"] for r in rows], marker="o", color=colour, label=f"{phase} (mean)")
+    for phase, label, colour in (("recompute", "recompute", "#c0392b"), ("l3", "from L3", "#2471a3"),
+                                 ("repeat", "repeat, no reset", "#7d8c8d")):
+        if not all(f"{phase}_mean_s" in r for r in rows):
+            continue
+        axes.plot(x, [r[f"{phase}_mean_s"] for r in rows], marker="o", color=colour, label=f"{label} (mean)")
         axes.fill_between(x, [r[f"{phase}_p50_s"] for r in rows], [r[f"{phase}_p90_s"] for r in rows], color=colour, alpha=0.15,
-                          label=f"{phase} p50-p90")
+                          label=f"{label} p50-p90")
     for r in rows:
-        axes.annotate(f"{r['speedup']:.1f}x", (r["concurrency"], r["warm_mean_s"]), textcoords="offset points", xytext=(0, -14), ha="center", fontsize=8)
+        axes.annotate(f"{r['l3_recompute_ratio']:.2f}", (r["concurrency"], r["l3_mean_s"]), textcoords="offset points", xytext=(0, -14),
+                      ha="center", fontsize=8, color="#c0392b" if r["l3_loses"] else "black")
     axes.set_xscale("log", base=2)
     axes.set_xticks(x, [str(c) for c in x])
     axes.set_xlabel("concurrency (total prompts = concurrency)")

@@ -4,8 +4,9 @@
 # file event logger, and default ulimits inside the bounding set (no CAP_SYS_RESOURCE here).
 # Idempotent: packages are installed once, the config is rewritten only when it differs.
 set -euo pipefail
+# fio beside them: `bench --tier` reads a tier with it where a host has it (tests/test_tier_bench.py runs it for real).
 packages=(podman runc conmon netavark aardvark-dns containernetworking-plugins golang-github-containers-common
-          iptables uidmap catatonit fuse-overlayfs slirp4netns mmdebstrap zstd openssh-client docker-registry)
+          iptables uidmap catatonit fuse-overlayfs slirp4netns mmdebstrap zstd openssh-client docker-registry fio)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -5,9 +5,12 @@ It takes SGLang's command line (start.sh execs it in place of `python3 -m sglang
 answers SGLang's endpoints with SGLang's field and metric names (reference §7-§8), and models what
 the tests need to observe:
 - model loading: /health answers 503 for STANDIN_LOAD_SECONDS, then 200;
-- prefill: time = uncached prompt tokens x STANDIN_PREFILL_US_PER_TOKEN, plus cached tokens x STANDIN_LOAD_US_PER_TOKEN
-  (both microseconds; the copy to the GPU), plus the time SGLang's backend took to read the pages from L3 (measured),
-  one prompt at a time (concurrent ones queue);
+- prefill: time = uncached prompt tokens x STANDIN_PREFILL_US_PER_TOKEN (the recompute), plus cached tokens x
+  STANDIN_LOAD_US_PER_TOKEN (both microseconds; the copy to the GPU), plus the time SGLang's backend took to read the
+  pages from L3 (measured), one prompt at a time (concurrent ones queue);
+- a slow tier, for tests of whether L3 pays (issue #35): STANDIN_L3_READ_DELAY seconds are added to the L3 read of
+  every page a request loads (default 0), inside the timed backend work, so a test can make a prompt from L3 slower
+  than the same prompt recomputed;
 - an L3 prefix cache written and read by SGLang's own HiCacheFile / HiCacheNixl (sglang_pages.py beside this file:
   the pinned SGLang wheel, CPU torch, NIXL's POSIX plugin), configured from the env and the extra config as SGLang
   is: SGLang's file names and directories, keys that hold the served name, page size and TP rank and size (not the
@@ -18,7 +21,12 @@ the tests need to observe:
   tokens is not looked up in L3, and a hit of fewer is not loaded (counted unfulfilled, reason below_threshold);
   every prompt counts as new to the GPU and host tiers, which the stand-in does not have;
 - /server_info: the server arguments the tests compare (served_model_name, page_size, kv_cache_dtype,
-  tp_size, pp_size, revision, hicache_storage_backend, hicache_write_policy), under SGLang's names;
+  tp_size, pp_size, revision, hicache_storage_backend, hicache_write_policy, and the L3 read settings bench names:
+  hicache_storage_prefetch_policy, hicache_storage_backend_extra_config, hicache_io_backend, hicache_mem_layout),
+  under SGLang's names;
+- a chat request with return_cached_tokens_details gets SGLang's sglext.cached_tokens_details (device, host, storage,
+  storage_backend; entrypoints/openai/serving_chat.py, output_streamer.py get_cached_tokens_details): every hit here
+  is from storage;
 - the runtime L3 backend API as SGLang 0.5.21-0.5.23 serves it (entrypoints/http_server.py, utils/auth.py): GET
   /hicache/storage-backend answers what is attached, DELETE detaches it (then no page is read or written; the metrics
   stay, as SGLang keeps its storage collector), both refused with SGLang's 400 without --admin-api-key and 401 without
@@ -81,6 +89,7 @@ def parse_args(argv):
     parser.add_argument("--hicache-storage-backend-extra-config")
     parser.add_argument("--hicache-mem-layout", default="page_first")
     parser.add_argument("--hicache-storage-prefetch-policy", default="timeout")  # SGLang 0.5.23's default
+    parser.add_argument("--hicache-io-backend", default="kernel")  # SGLang 0.5.23's default (arg_groups/fields/memory.py)
     parser.add_argument("--admin-api-key")
     parser.add_argument("--enable-metrics", action="store_true")
     parser.add_argument("--enable-cache-report", action="store_true")
@@ -118,6 +127,7 @@ class Server:
         self.never_healthy = os.environ.get("STANDIN_NEVER_HEALTHY") == "1"
         self.prefill_us = float(os.environ.get("STANDIN_PREFILL_US_PER_TOKEN", "20"))
         self.load_us = float(os.environ.get("STANDIN_LOAD_US_PER_TOKEN", "2"))
+        self.l3_read_delay = float(os.environ.get("STANDIN_L3_READ_DELAY", "0"))  # seconds per page read from L3 (a slow tier)
         self.attached = args.hicache_storage_backend  # GET /hicache/storage-backend's; None once detached
         self.no_backend_api = os.environ.get("STANDIN_NO_STORAGE_BACKEND_API") == "1"
         self.lock = threading.Lock()
@@ -172,6 +182,7 @@ class Server:
                     found = pages.hits(keys)
                 if found * self.args.page_size >= threshold:  # read from the tier by SGLang's backend
                     hit_pages, _ = pages.load(keys[:found])
+                    time.sleep(self.l3_read_delay * hit_pages)  # STANDIN_L3_READ_DELAY: a slower tier, per page read
             cached = hit_pages * self.args.page_size
             written = 0
             if pages and self.args.hicache_write_policy != "write_back":  # write-through of the pages not yet in L3
@@ -290,6 +301,9 @@ def handler_for(server):
                                        "page_size": args.page_size, "kv_cache_dtype": args.kv_cache_dtype, "tp_size": args.tp_size,
                                        "pp_size": args.pp_size, "hicache_storage_backend": args.hicache_storage_backend,
                                        "hicache_write_policy": args.hicache_write_policy, "version": "standin",
+                                       "hicache_storage_prefetch_policy": args.hicache_storage_prefetch_policy,
+                                       "hicache_storage_backend_extra_config": args.hicache_storage_backend_extra_config,
+                                       "hicache_io_backend": args.hicache_io_backend, "hicache_mem_layout": args.hicache_mem_layout,
                                        # as SGLang 0.5.23 answers them: its ServerArgs' keys, and the argv after --config's merge
                                        "api_key": None, "admin_api_key": args.admin_api_key, "launch_command": args.launch_command})
             if self.path == "/v1/models":
@@ -341,19 +355,26 @@ def handler_for(server):
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": 1, "total_tokens": prompt_tokens + 1}
             if server.args.enable_cache_report:
                 usage["prompt_tokens_details"] = {"cached_tokens": cached}
+            # SGLang's breakdown (output_streamer.py get_cached_tokens_details): none without a cached token; the
+            # stand-in's only cache is L3
+            details = None
+            if body.get("return_cached_tokens_details") and cached:
+                details = {"device": 0, "host": 0, "storage": cached, "storage_backend": server.attached}
             if body.get("stream"):
-                return self.stream(usage)
+                return self.stream(usage, details)
             self.send(200, {"id": "standin", "object": "chat.completion", "model": server.args.served_model_name,
                             "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "length"}],
-                            "usage": usage})
+                            "usage": usage, **({"sglext": {"cached_tokens_details": details}} if details else {})})
 
-        def stream(self, usage):
+        def stream(self, usage, details=None):
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
-            chunks = [{"choices": [{"index": 0, "delta": {"role": "assistant", "content": "ok"}}]},
-                      {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}], "usage": usage}]
+            chunks = [{"choices": [{"index": 0, "delta": {"role": "assistant", "content": "ok"}}]}]
+            if details:  # SGLang's sglext chunk: response level, no choices (serving_chat.py), before the usage chunk
+                chunks.append({"choices": [], "sglext": {"cached_tokens_details": details}})
+            chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}], "usage": usage})
             for chunk in chunks:
                 line = f"data: {json.dumps(chunk)}\n\n".encode()
                 self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
