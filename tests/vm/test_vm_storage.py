@@ -10,6 +10,7 @@ filtering off on the storage ports, before the mount) is tuned and read here.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -154,6 +155,24 @@ def test_a_second_converge_changes_nothing_and_verify_passes(bed):
     assert run.returncode == 0 and recap(run)["failed"] == 0, run.stdout[-4000:]
     check = bed.play(bed.inventory("vast", vast()), STORAGE_ROLE, check=True)
     assert check.returncode == 0 and recap(check)["changed"] == 0, check.stdout[-4000:]
+
+
+def test_bench_tier_reads_the_nfs_over_rdma_mount_as_nixl_does(bed):
+    """#35: `bench --tier`'s module on the VAST-shaped mount (NFS v3 over Soft-RoCE, nconnect 4): K/V-sized files read
+    with O_DIRECT at a queue depth, as NIXL's POSIX plugin reads them; a rate, the method, and nothing left behind."""
+    result = bed.workdir / "tier-bench.json"
+    run = bed.play(bed.inventory("vast", vast()), [
+        {"name": "Read the tier as NIXL does", "register": "tier",
+         "hicache.deploy.hicache_tier_bench": {"path": POINT, "read_bytes": 262144, "total_bytes": 64 * 1048576, "queue_depth": 8, "direct": True}},
+        {"name": "Keep the measurement", "delegate_to": "localhost",
+         "ansible.builtin.copy": {"content": "{{ tier | to_json }}", "dest": str(result), "mode": "0644"}}])
+    assert run.returncode == 0 and recap(run)["failed"] == 0, run.stdout[-4000:]
+    tier = json.loads(result.read_text())
+    print(f"bench --tier on NFS v3 over Soft-RoCE: {tier['gbps']:.3f} GB/s ({tier['method']}, {tier['files']} files of {tier['read_bytes']} B, "
+          f"depth {tier['queue_depth']}, O_DIRECT {tier['direct']})")
+    assert tier["gbps"] > 0 and tier["bytes"] == 64 * 1048576 and tier["direct"] is True and tier["files"] == 256
+    assert ".hicache-tier-bench" not in bed.client.ssh(f"ls -a {POINT}").stdout  # its files removed after the reads
+    assert mount_entry(bed.client)["fstype"] == "nfs"  # read through the mount, which is still there
 
 
 def test_verify_fails_when_a_tuned_value_drifts(bed):
