@@ -105,7 +105,8 @@ def test_plan_of_the_builtin_local_inventory():
     """README command 1's last step, exactly: it succeeds here and shows the files for localhost."""
     before = {p: os.path.exists(p) for p in ("/opt/sglang-hicache", "/mnt/nvme/sglang-hicache")}
     proc = cli("plan", "--inventory", "local", check_rc=0)
-    assert "/opt/sglang-hicache/cfg/start.sh" in proc.stdout
+    # one line per change, with its size (#34: the content is --diff's)
+    assert "localhost: would change: Install start.sh, run.sh, serve.sh and the backend config [start.sh]" in proc.stdout
     assert {p: os.path.exists(p) for p in before} == before
 
 
