@@ -7,14 +7,18 @@ import dataclasses
 import json
 from typing import Any
 
-from hicachectl.plans import storage
+from hicachectl.plans import storage, storage_live
 
 CONFIG_FILE = "/etc/hicache/nic-tuning.json"
 PROGRAM = "/usr/local/sbin/hicache-nic-tuning"
 UNIT = "hicache-nic-tuning.service"
 
 
-SELECTION_FILE = "/var/lib/hicache/nic-ports.json"  # the ports found at the last run, for the boot run (no routes yet)
+# The ports the deploy found, recorded by its apply: the boot unit tunes these and no other (no route is trusted at boot).
+SELECTION_FILE = "/var/lib/hicache/nic-ports.json"
+# When the program set each RDMA port's default ToS, with the storage server's mounts' statistics then (the L3 tier's):
+# under /run, as the value lives in the kernel and a reboot clears both (storage_live.roce_tos_in_effect judges it).
+TOS_STAMP_FILE = "/run/hicache/roce-tos.json"
 UDEV_RULE = "/etc/udev/rules.d/90-hicache-nic-tuning.rules"
 # Written when the program stopped irqbalance for IRQ pinning, so that turning the pinning off gives irqbalance back.
 IRQBALANCE_MARKER = "/var/lib/hicache/irqbalance-stopped"
@@ -40,8 +44,9 @@ def selection(d) -> str:
         return ("the storage ports hicache_storage_localports names (or that hold its addresses): " + ", ".join(storage_ports(d))
                 + "; a VLAN or bond stands for the ports below it; never IPoIB ports")
     if storage_server(d):
-        return (f"the ConnectX ports that route to hicache_storage_server {storage_server(d)} (ip route get), recorded for the boot run; "
-                "a VLAN or bond stands for the ports below it; never IPoIB or front-end ports")
+        return (f"the ConnectX ports that route to hicache_storage_server {storage_server(d)} (ip route get) at the deploy, recorded "
+                "for the boot run (which tunes those and no other); a VLAN or bond stands for the ports below it; never IPoIB or "
+                "front-end ports")
     return "none: no port named (hicache_nic_interfaces) and no NFS storage server to route to"
 
 
@@ -65,6 +70,8 @@ def desired(d) -> dict:
         "storage_server": storage_server(d),
         "selection": selection(d),
         "selection_file": SELECTION_FILE,
+        # the ToS stamps, against the storage server's mounts (the L3 tier's): roce_tos_effect in the program's report
+        "tos_stamp_file": TOS_STAMP_FILE,
         "tool_timeout": TOOL_TIMEOUT,
         "mtu": d.nic_mtu,
         "rings": d.nic_rings,
@@ -90,13 +97,21 @@ def config_text(d) -> str:
 def unit_text() -> str:
     """Before the network is set up (systemd.special(7): network-pre.target is passive, so the unit pulls it in with
     Wants=), after the driver stack (openibd.service of MLNX_OFED/DOCA where present: After= on an absent unit is
-    void), with a bounded start: a hung tool fails this unit, never the boot, the network, the mount or the server."""
+    void), with a bounded start: a hung tool fails this unit, never the boot, the network, the mount or the server.
+    After configfs: the RDMA-CM default ToS is a configfs attribute (kernel Documentation/ABI/testing/configfs-rdma_cm:
+    "Attributes are visible only when configfs is mounted"). systemd mounts it with sys-kernel-config.mount
+    (DefaultDependencies=no, Before=sysinit.target, pulled in by sysinit.target: systemd units/meson.build), which this
+    unit, having DefaultDependencies=no itself, is not ordered after unless it says so; Wants= pulls it in where
+    sysinit.target's wants were trimmed. Where that unit is masked or skipped (ConditionPathExists=/sys/kernel/config,
+    ConditionCapability=CAP_SYS_RAWIO), the program mounts configfs itself, as mlnx-tools' sbin/cma_roce_tos does
+    (mlnx-tools ships no unit of its own)."""
     return f"""# Managed by hicache-deploy: re-applies the NIC tuning at every boot (the settings are runtime-only).
 [Unit]
 Description=hicache-deploy ConnectX tuning for storage traffic
 DefaultDependencies=no
-After=local-fs.target systemd-modules-load.service systemd-udev-trigger.service openibd.service
+After=local-fs.target sys-kernel-config.mount systemd-modules-load.service systemd-udev-trigger.service openibd.service
 Wants=network-pre.target
+Wants=sys-kernel-config.mount
 Before=network-pre.target shutdown.target
 Conflicts=shutdown.target
 
@@ -183,6 +198,9 @@ def nic_verdict(report: dict, asked: bool, ecn_required: bool = False) -> dict[s
     `changes`: what still differs from the inventory (a failure once the role has applied it).
     `ports`: each port selected or left alone, with why (what render's selection found on this host).
     `left`: each setting a null in the inventory leaves as it is ("None leaves it"): neither set nor read, not checked.
+    `not_in_effect`: the RDMA-CM default ToS is set, but the L3 mount's transports connected before it and carry the old
+    one (storage_live.roce_tos_in_effect): a gap that leaves the host degraded whatever hicache_strict says (the fix is a
+    remount or a restart, which this role does not do under a running server); `not_checked`: where that cannot be told.
     """
     reasons = [f"{u['what']}: {u['reason']}" for u in report.get("unavailable", [])]
     failures = [f"{f['what']}: {f['reason']}" for f in report.get("failed", [])]
@@ -194,7 +212,9 @@ def nic_verdict(report: dict, asked: bool, ecn_required: bool = False) -> dict[s
              + [f"{s['port']}: not tuned, {s['reason']}" for s in report.get("skipped", [])])
     # driver_gaps and ports only where there are some: a verdict without them reads as before (checks.yml defaults them)
     left = [f"{item['what']}: {item['reason']}" for item in report.get("left", [])]
-    extra = {k: v for k, v in (("driver_gaps", driver), ("ports", ports), ("left", left)) if v}
+    not_in_effect, not_checked = storage_live.roce_tos_in_effect(report.get("roce_tos_effect"))
+    extra = {k: v for k, v in (("driver_gaps", driver), ("ports", ports), ("left", left), ("not_in_effect", not_in_effect),
+                               ("not_checked", not_checked)) if v}
     if not asked and not report.get("interfaces") and not report.get("connectx"):
         return {"failures": failures, "gaps": [], "changes": changes, **extra}
     return {"failures": failures, "gaps": reasons, "changes": changes, **extra}

@@ -229,11 +229,19 @@ class MountStats:
     pnfs: str | None  # NFSv4: the layout driver in use (",pnfs=LAYOUT_NFSV4_1_FILES") or "not configured"
     # per-op statistics: {name: (ops, errors)}; errors None where the kernel prints no error count (before om_error_status)
     ops: dict[str, tuple[int, int | None]] = dataclasses.field(default_factory=dict)
+    age: int | None = None  # seconds since the mount (fs/nfs/super.c nfs_show_stats: (jiffies - nfss->mount_time) / HZ)
+    # each transport of the mount's RPC client: (netid, connect count), the count None where the transport prints none
+    xprts: tuple[tuple[str, int | None], ...] = ()
 
 
 # net/sunrpc/stats.c _print_name ("\t%12s: ") and _print_rpc_iostats: ops ntrans timeouts bytes_sent bytes_recv queue rtt
 # execute, then errors (om_error_status: tasks that ended with a negative status, an NFS error of the reply included).
 _PER_OP = re.compile(r"^([A-Z0-9_]+): ((?:\d+ ){7}\d+(?: \d+)?)$")
+# `\txprt:\t<netid> ...`, one line per transport (net/sunrpc/stats.c rpc_clnt_show_stats, through each transport's
+# print_stats): rdma (net/sunrpc/xprtrdma/transport.c xprt_rdma_print_stats) and tcp (net/sunrpc/xprtsock.c
+# xs_tcp_print_stats) print the port, bind_count, then connect_count, the count of connections made (xprt_rdma_connect_worker
+# adds one per connection established); udp prints no connect count.
+_CONNECT_COUNT_AT = {"rdma": 2, "tcp": 2}
 
 
 def parse_mountstats(text: str) -> list[MountStats]:
@@ -245,7 +253,7 @@ def parse_mountstats(text: str) -> list[MountStats]:
             if current:
                 out.append(MountStats(**current))
             current = {"device": _unescape(header.group(1)), "mount_point": _unescape(header.group(2)), "fstype": header.group(3),
-                       "sunrpc_id": None, "pnfs": None, "ops": {}}
+                       "sunrpc_id": None, "pnfs": None, "ops": {}, "age": None, "xprts": ()}
             per_op = False
             continue
         if current is None:
@@ -256,6 +264,13 @@ def parse_mountstats(text: str) -> list[MountStats]:
         elif per_op and (counted := _PER_OP.match(stripped)):
             numbers = counted.group(2).split()
             current["ops"].setdefault(counted.group(1), (int(numbers[0]), int(numbers[8]) if len(numbers) > 8 else None))
+        elif stripped.startswith("age:") and stripped[4:].strip().isdigit():
+            current["age"] = int(stripped[4:].strip())
+        elif stripped.startswith("xprt:") and len(stripped.split()) > 1:
+            netid, numbers = stripped.split()[1], stripped.split()[2:]
+            at = _CONNECT_COUNT_AT.get(netid)
+            count = int(numbers[at]) if at is not None and len(numbers) > at and numbers[at].isdigit() else None
+            current["xprts"] = (*current["xprts"], (netid, count))
         elif stripped.startswith("sunrpc-id:") and current["sunrpc_id"] is None:
             current["sunrpc_id"] = stripped.partition(":")[2].strip() or None
         elif stripped.startswith("nfsv4:"):
@@ -269,6 +284,72 @@ def parse_mountstats(text: str) -> list[MountStats]:
 def mountstats_at(stats: list[MountStats], path: str) -> MountStats | None:
     found = [m for m in stats if m.mount_point == path.rstrip("/")]
     return found[-1] if found else None
+
+
+def tos_fix(point: str) -> str:
+    return f"remount {point} (with no other mount of the same server left, so that its transports are made anew) or restart the host"
+
+
+def roce_tos_in_effect(effect: dict | None) -> tuple[list[str], list[str]]:
+    """Whether the RDMA transports of the storage server's NFS mounts (the L3 tier's) carry the RDMA-CM default ToS the
+    NIC program set: (not in effect, not checked), each naming the RDMA port and the mount.
+
+    `effect`: the program's `roce_tos_effect` (roles/nic_tuning/files/hicache-nic-tuning, tos_effect), read at one moment:
+    the /proc/self/mountstats lines of the server's mounts now (`mountstats`: "" none mounted, None unread), and per RDMA
+    port whose ToS is as wanted a stamp: `seconds_ago` the program set it (None: not set by it since the boot), and the
+    same lines read just after (`mountstats`: "" none mounted then, None unknown).
+    RDMA-CM reads the default ToS when a connection resolves its route (drivers/infiniband/core/cma.c,
+    cma_resolve_iboe_route), and xprtrdma resolves the route anew for each connection (net/sunrpc/xprtrdma/verbs.c,
+    rpcrdma_xprt_connect -> rpcrdma_ep_create -> rpcrdma_create_id: rdma_create_id, rdma_resolve_addr,
+    rdma_resolve_route); xprt_rdma_connect_worker counts each connection established (transport.c, connect_count). So a
+    mount's transports carry the ToS when they connected after it was set:
+    - the mount was not there when it was set (not in the lines then), or was mounted again since: its age now (seconds
+      since the mount, truncated: fs/nfs/super.c nfs_show_stats) is below its age then plus the seconds since (2 s for
+      the two truncations), or, with no lines then, below the seconds since;
+    - else each RDMA transport's connect count is above its count then (it connected again since).
+    Otherwise the ToS is set, not yet in effect. Two mounts of one server may share one NFS client and its transports
+    (fs/nfs/client.c, nfs_get_client), which a remount of the tier alone then keeps: the fix names it."""
+    if not effect:
+        return [], []
+    if effect.get("mountstats") is None:
+        return [], [f"RoCE ToS on the mounts of {effect.get('server')}: /proc/self/mountstats was not read, so whether their transports "
+                    "carry the ToS is not known"]
+    not_in_effect, not_checked = [], []
+    mounts = parse_mountstats(effect["mountstats"])
+    for now in mounts:
+        rdma = [count for netid, count in now.xprts if netid == "rdma"]
+        if not rdma or mountstats_at(mounts, now.mount_point) is not now:
+            continue  # not over RDMA (the RoCE ToS does not apply), or hidden by a later mount on the same point
+        point = now.mount_point
+        for stamp in effect.get("stamps") or []:
+            what, ago = stamp["what"], stamp.get("seconds_ago")
+            if ago is None:
+                not_checked.append(f"{what}: as wanted, but not set by hicache-nic-tuning since the boot (set by another tool, or by an "
+                                   f"earlier release), so whether the transports of {point} carry it is not known; to be sure: {tos_fix(point)}")
+                continue
+            if now.age is None:
+                not_checked.append(f"{what}: {point} shows no age in /proc/self/mountstats, so whether its transports carry the ToS is not known")
+                continue
+            then_text = stamp.get("mountstats")
+            then = mountstats_at(parse_mountstats(then_text), point) if then_text else None
+            if then_text is not None and then is None:
+                predates = now.age >= ago + 2  # not mounted when it was set: only a contradicting age says otherwise
+            elif then is not None and then.age is not None:
+                predates = now.age + 2 >= then.age + ago
+            else:
+                predates = now.age + 1 >= ago
+            if not predates:
+                continue  # mounted after the ToS was set: its transports connected after it
+            before = [count for netid, count in then.xprts if netid == "rdma"] if then is not None else []
+            # transport by transport, in the order the kernel lists them (the client's transport switch); another count: unknown
+            again = ([a is not None and b is not None and a > b for a, b in zip(rdma, before, strict=True)] if len(before) == len(rdma)
+                     else [False] * len(rdma))
+            if all(again):
+                continue  # every transport connected again since
+            not_in_effect.append(f"{what}: set, not yet in effect on {point}: {again.count(False)} of its {len(rdma)} RDMA transports "
+                                 f"connected before the ToS was set ({ago:.0f} s ago; the mount is {now.age} s old) and not since, so "
+                                 f"they keep the ToS they had (RDMA-CM reads it when a connection is made): {tos_fix(point)}")
+    return not_in_effect, not_checked
 
 
 def rpc_clnt_stats_path(sunrpc_id: str) -> str:

@@ -68,9 +68,10 @@ def test_it_finds_the_storage_port_and_only_what_differs(sample_connectx):
     assert rc == 0 and report["interfaces"] == ["ens1f0np0"]
     assert report["selected"] == [{"port": "ens1f0np0", "reason": "named in hicache_storage_localports"}]
     differ = {c["what"] for c in report["changes"]}
-    # IRQ 120, the port's first MSI vector (async events), is left alone as mlnx-tools' set_irq_affinity_cpulist.sh does
+    # IRQ 120, the port's first MSI vector (async events), is left alone as mlnx-tools' set_irq_affinity_cpulist.sh does;
+    # the selection is not recorded yet for the boot unit (nothing recorded here)
     assert {"ens1f0np0 mtu", "ens1f0np0 ecn roce_np 3", "ens1f0np0 ecn roce_rp 3", "ens1f0np0 irq 121",
-            "cpu governor cpu0", "cpu governor cpu1"} == differ
+            "cpu governor cpu0", "cpu governor cpu1", "boot selection"} == differ
     reasons = {u["what"]: u["reason"] for u in report["unavailable"]}
     assert reasons["ens1f0np0 rings"] == "ethtool is not installed" and reasons["ens1f0np0 qos"] == "mlnx_qos is not installed"
     assert reasons["ens1f0np0 roce tos"].startswith("no RDMA device behind ens1f0np0")
@@ -93,6 +94,22 @@ def test_no_connectx_port_is_a_reason_not_a_success(tmp_path):
     assert rc == 0 and report["changes"] == [] and report["interfaces"] == []
     assert report["unavailable"][0] == {"what": "interfaces", "reason": "no ConnectX port (driver mlx5_core, PCI vendor 0x15b3) on this host"}
     assert [u["reason"].rsplit(": ", 1)[1] for u in report["unavailable"][1:]] == ["no interface ens1f0np0", "no interface ens2f0np0"]
+
+
+def test_the_installed_check_on_a_host_without_connectx_names_that_first(tmp_path):
+    """The installed state's check (--check /etc/hicache/nic-tuning.json, what the boot unit runs and molecule's verify
+    reads): nothing recorded by a deploy here (its storage ports are absent), and the first reason is still the lack of
+    any ConnectX port, then why no port is known."""
+    write(tmp_path, "/sys/class/net/eth0/mtu", "1500")
+    config_file = tmp_path / "nic-tuning.json"
+    config_file.write_text(json.dumps(nic_tuning.desired(deployment("vast"))))
+    env = {**os.environ, "HICACHE_SYSFS_ROOT": str(tmp_path), "PATH": "/nonexistent"}
+    proc = subprocess.run([sys.executable, str(PROGRAM), "--check", str(config_file)], env=env, capture_output=True, text=True)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0 and report["changes"] == [] and report["interfaces"] == []
+    assert [u["what"] for u in report["unavailable"]] == ["interfaces", "storage ports"]
+    assert report["unavailable"][0]["reason"] == "no ConnectX port (driver mlx5_core, PCI vendor 0x15b3) on this host"
+    assert report["unavailable"][1]["reason"].startswith("cannot tell which ports carry the storage traffic: no selection recorded by a deploy")
 
 
 def test_pfc_and_ecn_follow_the_inventory():

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
 from helpers import deployment
+from support import ROOT
 
 from hicachectl.formats import portlist
 from hicachectl.plans import host_limits, nic_tuning, storage, storage_live
@@ -147,3 +149,94 @@ def test_validate_counts_remoteports_with_the_parser_the_live_check_expands():
     for spec in ("dns", "", None, "vip.example.net", "10.0.0.9-10.0.0.1", "10.0.0.1~fd00::1", "10.0.0.1-fd00::1"):
         assert remote_port_count(spec) is None and portlist.expand_ports(spec or "") is None, spec
     assert remote_port_count("10.0.0.0-10.0.255.255") == 65536 and portlist.expand_ports("10.0.0.0-10.0.255.255") is None
+
+
+# /proc/self/mountstats of an NFSv3 mount over RDMA (two transports) beside one over TCP, from the kernel's print code
+# (tests/samples/roce-tos/README.md: fs/nfs/super.c nfs_show_stats, net/sunrpc/xprtrdma/transport.c xprt_rdma_print_stats,
+# net/sunrpc/xprtsock.c xs_tcp_print_stats).
+ROCE_TOS = ROOT / "tests/samples/roce-tos"
+POINT = "/mnt/kvcache-2ports"
+
+
+def mountstats(name: str) -> str:
+    return (ROCE_TOS / name).read_text()
+
+
+def test_parse_mountstats_reads_the_mount_s_age_and_each_transport_s_connect_count():
+    stats = storage_live.parse_mountstats(mountstats("mountstats-at-set.txt"))
+    assert [m.mount_point for m in stats] == ["/proc", "/sys", "/", "/sys/kernel/config", POINT, "/home"]
+    tier = storage_live.mountstats_at(stats, POINT)
+    assert tier.age == 86400 and tier.xprts == (("rdma", 1), ("rdma", 1)) and tier.ops["WRITE"] == (6144, 0)
+    assert storage_live.mountstats_at(stats, "/home").xprts == (("tcp", 3),)
+    assert storage_live.mountstats_at(stats, "/proc").age is None
+    reconnected = storage_live.mountstats_at(storage_live.parse_mountstats(mountstats("mountstats-one-reconnected.txt")), POINT)
+    assert reconnected.age == 86460 and reconnected.xprts == (("rdma", 2), ("rdma", 1))
+    vast = storage_live.parse_mountstats((ROOT / "tests/samples/vastnfs/mountstats-expose-id.txt").read_text())[0]
+    assert vast.age == 812 and vast.xprts == (("rdma", 1),) * 4
+
+
+def effect(now: str | None, then: str | None, seconds_ago: float | None) -> dict:
+    """The NIC program's roce_tos_effect (roles/nic_tuning/files/hicache-nic-tuning, tos_effect): the tier's block now,
+    and one port's stamp with the block read just after the ToS was set."""
+    block = None if now is None else mountstats(now)
+    return {"server": "172.16.10.20", "mountstats": block,
+            "stamps": [{"what": "ens1f0np0 roce tos", "tos": 104, "seconds_ago": seconds_ago, "mountstats": then if then in ("", None) else mountstats(then)}]}
+
+
+@pytest.mark.parametrize(("now", "then", "ago", "old"), [
+    ("mountstats-same.txt", "mountstats-at-set.txt", 60, 2),  # mounted a day before, no transport connected since
+    ("mountstats-one-reconnected.txt", "mountstats-at-set.txt", 60, 1),  # one of the two connected again since
+    ("mountstats-reconnected.txt", "mountstats-at-set.txt", 60, 0),  # both connected again since: in effect
+    ("mountstats-remounted.txt", "mountstats-at-set.txt", 60, 0),  # mounted again 30 s ago, 30 s after the ToS
+    ("mountstats-remounted.txt", "", 60, 0),  # not mounted when the ToS was set (the boot unit, a first deploy)
+    ("mountstats-same.txt", None, 60, 2),  # nothing read then: by the mount's age alone, and no count to compare
+    ("mountstats-remounted.txt", None, 60, 0),
+    ("mountstats-remounted.txt", None, 20, 2),  # the mount is older than the ToS
+])
+def test_the_tos_is_in_effect_only_where_every_transport_connected_after_it_was_set(now, then, ago, old):
+    not_in_effect, not_checked = storage_live.roce_tos_in_effect(effect(now, then, ago))
+    assert not_checked == []
+    if old:
+        assert not_in_effect == [f"ens1f0np0 roce tos: set, not yet in effect on {POINT}: {old} of its 2 RDMA transports connected before the "
+                                 f"ToS was set ({ago} s ago; the mount is {86460 if 'remounted' not in now else 30} s old) and not since, so "
+                                 f"they keep the ToS they had (RDMA-CM reads it when a connection is made): remount {POINT} (with no other "
+                                 "mount of the same server left, so that its transports are made anew) or restart the host"]
+    else:
+        assert not_in_effect == []
+
+
+def test_the_tos_against_a_mount_that_is_not_there_or_not_read():
+    assert storage_live.roce_tos_in_effect(effect("mountstats-not-mounted.txt", "mountstats-at-set.txt", 60)) == ([], [])  # a later mount takes it
+    assert storage_live.roce_tos_in_effect(None) == ([], [])  # no NFS server, or no ToS as wanted yet
+    unread, not_checked = storage_live.roce_tos_in_effect(effect(None, "mountstats-at-set.txt", 60))
+    assert unread == [] and not_checked == ["RoCE ToS on the mounts of 172.16.10.20: /proc/self/mountstats was not read, so whether their "
+                                            "transports carry the ToS is not known"]
+    unstamped, not_checked = storage_live.roce_tos_in_effect(effect("mountstats-same.txt", None, None))
+    assert unstamped == [] and not_checked[0].startswith("ens1f0np0 roce tos: as wanted, but not set by hicache-nic-tuning since the boot")
+    tcp = mountstats("mountstats-same.txt").replace("\txprt:\trdma ", "\txprt:\ttcp ")  # the tier over TCP: the RoCE ToS does not apply
+    assert storage_live.roce_tos_in_effect({**effect("mountstats-same.txt", "mountstats-at-set.txt", 60), "mountstats": tcp}) == ([], [])
+
+
+def test_nic_verdict_says_set_not_yet_in_effect_apart_from_failures_and_gaps():
+    verdict = nic_tuning.nic_verdict(report(interfaces=["ens1f0np0"], connectx=["ens1f0np0"],
+                                            roce_tos_effect=effect("mountstats-same.txt", "mountstats-at-set.txt", 60)), asked=True)
+    assert verdict["failures"] == [] and verdict["gaps"] == [] and verdict["changes"] == []
+    assert [n.split(": set, ")[0] for n in verdict["not_in_effect"]] == ["ens1f0np0 roce tos"] and "not_checked" not in verdict
+
+
+def test_every_rdma_mount_of_the_server_is_judged_and_a_hidden_one_is_not():
+    """The program gives the lines of every NFS mount of the storage server (the tier's, and any other: they share its
+    ports, and may share its transports); a mount hidden by a later one on the same point is not in use."""
+    same, at_set = mountstats("mountstats-same.txt"), mountstats("mountstats-at-set.txt")
+    tier = same[same.index("device 172.16.10.20"):same.index("device 192.0.2.30")]
+    other = tier.replace(f"mounted on {POINT} ", "mounted on /mnt/models ")
+    both = {**effect("mountstats-same.txt", "mountstats-at-set.txt", 60), "mountstats": tier + other}
+    both["stamps"][0]["mountstats"] = at_set + at_set[at_set.index("device 172.16.10.20"):at_set.index("device 192.0.2.30")].replace(
+        f"mounted on {POINT} ", "mounted on /mnt/models ")
+    assert [n.split(": set, not yet in effect on ")[1].split(":")[0] for n in storage_live.roce_tos_in_effect(both)[0]] == [POINT, "/mnt/models"]
+    hidden = {**both, "mountstats": tier + mountstats("mountstats-remounted.txt")[mountstats("mountstats-remounted.txt").index("device 172.16.10.20"):]}
+    assert storage_live.roce_tos_in_effect(hidden) == ([], [])  # the later mount on the point, made after the ToS, is the one in use
+
+
+def test_the_nic_program_is_told_where_to_stamp_the_tos_under_run():
+    assert nic_tuning.desired(deployment("vast"))["tos_stamp_file"] == nic_tuning.TOS_STAMP_FILE == "/run/hicache/roce-tos.json"
