@@ -98,6 +98,15 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+def _diff_texts(diff: dict[str, Any]) -> tuple[str, str]:
+    """An Ansible diff entry's before and after as text: a mapping (a module's state) as `key: value` lines."""
+    before, after = diff.get("before", ""), diff.get("after", "")
+    if isinstance(before, dict) or isinstance(after, dict):
+        before = "\n".join(f"{k}: {v}" for k, v in (before or {}).items()) + "\n"
+        after = "\n".join(f"{k}: {v}" for k, v in (after or {}).items()) + "\n"
+    return str(before or ""), str(after or "")
+
+
 def diff_summary(diffs: list[dict[str, Any]]) -> str:
     """A change's diff entries in a few words, for a plan read without --diff: the lines added and removed, or
     "new, N lines"; '' when the change has no diff (a service started, a package installed)."""
@@ -110,11 +119,7 @@ def diff_summary(diffs: list[dict[str, Any]]) -> str:
             added += sum(1 for line in body if line.startswith("+") and not line.startswith("+++"))
             removed += sum(1 for line in body if line.startswith("-") and not line.startswith("---"))
             continue
-        before, after = diff.get("before", ""), diff.get("after", "")
-        if isinstance(before, dict) or isinstance(after, dict):
-            before = "\n".join(f"{k}: {v}" for k, v in (before or {}).items())
-            after = "\n".join(f"{k}: {v}" for k, v in (after or {}).items())
-        before, after = str(before or ""), str(after or "")
+        before, after = _diff_texts(diff)
         new = new and not before
         for line in difflib.ndiff(before.splitlines(), after.splitlines()):
             added += line.startswith("+ ")
@@ -136,9 +141,7 @@ def unified_diff(diff: dict[str, Any]) -> str:
         if not before:
             return f"{path}: new (sha256 {_digest(after)}, {lines} lines)\n"
         return f"{path}: updated (sha256 {_digest(before)} -> {_digest(after)}, {lines} lines)\n"
-    if isinstance(before, dict) or isinstance(after, dict):
-        before = "\n".join(f"{k}: {v}" for k, v in (before or {}).items()) + "\n"
-        after = "\n".join(f"{k}: {v}" for k, v in (after or {}).items()) + "\n"
-    lines = difflib.unified_diff(str(before).splitlines(keepends=True), str(after).splitlines(keepends=True),
+    before, after = _diff_texts(diff)
+    lines = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
                                  fromfile=diff.get("before_header", "before"), tofile=diff.get("after_header", "after"))
     return "".join(lines)
