@@ -14,6 +14,7 @@ budget (plans/launch.py extra_config) and warns when the file backend's LRU is s
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -91,8 +92,10 @@ def program_text() -> str:
     return PROGRAM_SOURCE.read_text()
 
 
+@functools.cache
 def program():
-    """The collector program as a module, so its rules (quotas, plan_eviction) are used here, not written twice."""
+    """The collector program as a module, so its rules (quotas, plan_eviction) are used here, not written twice;
+    loaded once per process (`l3` asks it for each tier)."""
     import importlib.machinery
     import importlib.util
 
