@@ -79,16 +79,18 @@ def hicache_l3_collector(variables, host, all_hostvars, hosts):
     collector and the files it installs, or what it removes (hicachectl/plans/l3_collector.py). Pass every host of the
     inventory (groups['all'], in the inventory's order), not the play's: the collector is the tier's first server
     whatever --limit says. Another server whose variables do not check out is left out (it fails on its own)."""
+    own = _deployment(variables, host)
     deployments = {}
     for name in _servers(all_hostvars, hosts):
         if name == host:
-            deployments[name] = _deployment(variables, host)
-            continue
-        raw = plain({k: all_hostvars[name][k] for k in list(all_hostvars[name]) if k.startswith(PREFIX) and k not in schema.FACTS})
-        deployment, findings = rules.check_host(name, raw)
-        deployments[name] = None if rules.has_errors(findings) else deployment
-    if host not in deployments:
-        deployments[host] = _deployment(variables, host)
+            deployments[name] = own
+        elif own.l3_share and all_hostvars[name].get("hicache_l3_share") == own.l3_share:
+            # Only the servers of this host's share can be of its tier: each host checks those, not the whole
+            # inventory (a thousand servers would each check a thousand).
+            raw = plain({k: all_hostvars[name][k] for k in list(all_hostvars[name]) if k.startswith(PREFIX) and k not in schema.FACTS})
+            deployment, findings = rules.check_host(name, raw)
+            deployments[name] = None if rules.has_errors(findings) else deployment
+    deployments.setdefault(host, own)
     return l3_collector.plan(host, deployments).as_fact()
 
 
