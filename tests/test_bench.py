@@ -231,6 +231,11 @@ def test_a_finding_only_where_l3_is_not_faster_and_the_repeat_is_named_by_its_so
     assert rows[0]["repeat_sources"]["basis"] == "metrics" and rows[0]["l3_sources"]["basis"] == "responses"
     # bytes: no prefetch metric, so the responses' storage tokens x bytes per token, over the phase's wall time
     assert rows[0]["l3_read_bytes"] == 960 * 1000 and rows[0]["l3_read_gbps"] == pytest.approx(960 * 1000 / 1.0 / 1e9, rel=1e-3)
+    # the seconds beside the GB/s are those it was computed from, not rounded away from it (a phase of 0.1167 s)
+    [row] = bench.summary([bench.Level(1, _level(1, 2.0, 0.5).recompute, bench.Phase(
+        [bench.Request(0.5, 1000, 960, {"device": 0, "host": 0, "storage": 960})], storage_tokens=None, seconds=0.11674),
+        None, backed_up_tokens=None)], bytes_per_token=1000)
+    assert row["l3_read_gbps"] == pytest.approx(row["l3_read_bytes"] / row["l3_seconds"] / 1e9, rel=1e-3)
     [found] = bench.findings(rows, {"hicache_storage_prefetch_policy": "timeout", "page_size": 64})
     assert found["levels"] == [2] and "1.00x recompute's at 2" in found["message"]
     assert {lever["lever"].split()[0] for lever in found["levers"]} == {

@@ -384,7 +384,7 @@ def summary(levels: list[Level], bytes_per_token: float | None = None) -> list[d
             "prompt_tokens": round(statistics.fmean(r.prompt_tokens for r in level.recompute.requests)),
             "l3_storage_share": None if share is None else round(share, 4),
             "l3_sources": l3.source_shares(),
-            "l3_seconds": None if l3.seconds is None else round(l3.seconds, 3),
+            "l3_seconds": None if l3.seconds is None else round(l3.seconds, 6),  # the GB/s beside it is of these seconds
             "l3_read_tokens": read_tokens,
             "l3_read_bytes": None if read_bytes is None else round(read_bytes),
             "l3_read_gbps": None if read_bytes is None or not l3.seconds else _significant(read_bytes / l3.seconds / 1e9),
