@@ -73,7 +73,9 @@ def test_a_pull_makes_preflight_read_the_host_again(tmp_path, registry):
     play = ("tasks:\n    - {ansible.builtin.import_role: {name: hicache.deploy.sglang_image}}\n"
             # a role entered past its own read (site.yml's model role) still has what the host has after the pull
             "    - {name: The facts are stale yet whole, ansible.builtin.assert: {that: [hicache_facts.units is defined, hicache_facts.systemd is defined]}}\n"
-            "    - {ansible.builtin.import_role: {name: hicache.deploy.preflight}, vars: {__hicache_preflight_reuse_facts: true, hicache_preflight_report_only: true}}")
+            # as site.yml's deploy play enters preflight: read again when stale, then judge
+            "    - {ansible.builtin.import_role: {name: hicache.deploy.preflight, tasks_from: refresh}}\n"
+            "    - {ansible.builtin.import_role: {name: hicache.deploy.preflight, tasks_from: judge}, vars: {hicache_preflight_report_only: true}}")
     read = re.compile(r"^TASK \[hicache\.deploy\.preflight : Read what this host has\] \**\nok: ", re.M)  # the module ran
     subprocess.run(["podman", "rmi", "-f", f"{registry.address}/hicache-test/tiny:v0.5.21"], capture_output=True)
     pulled = run_role(tmp_path, registry, play=play)
