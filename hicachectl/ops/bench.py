@@ -52,6 +52,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hicachectl.config import secrets, sizing
+from hicachectl.config.deployment import Deployment
 from hicachectl.formats import prompts
 from hicachectl.ops import metrics
 
@@ -507,7 +508,7 @@ NIXL_KERNEL_QUEUE_SIZE = 256  # NIXL's POSIX plugin: DEF_KERNEL_QUEUE_SIZE (io_q
 _TRUE = ("1", "true", "yes", "y", "on", "enable")
 
 
-def tier_reads(d: Any, config: str | None) -> tuple[dict[str, Any] | None, str]:
+def tier_reads(d: Deployment, config: str | None) -> tuple[dict[str, Any] | None, str]:
     """({read_bytes, queue_depth, direct}, how they were found) for a server's tier, or (None, why it cannot be read).
 
     - file (HiCacheFile.get/batch_get, hicache_storage.py:846-880): one `.bin` per page and rank, read whole with plain

@@ -7,6 +7,7 @@ import dataclasses
 import json
 from typing import Any
 
+from hicachectl.config.deployment import Deployment
 from hicachectl.plans import storage, storage_live
 
 CONFIG_FILE = "/etc/hicache/nic-tuning.json"
@@ -26,17 +27,17 @@ TOOL_TIMEOUT = 10  # seconds per tool the program runs; the unit's TimeoutStartS
 START_TIMEOUT = 120
 
 
-def storage_ports(d) -> list[str]:
+def storage_ports(d: Deployment) -> list[str]:
     """hicache_storage_localports as the mount uses them: VAST's multipath option, with remoteports only (storage.mount)."""
     multipath = storage.is_nfs(d) and d.storage_type == "vast" and d.storage_remoteports
     return [str(p) for p in d.storage_localports] if multipath else []
 
 
-def storage_server(d) -> str | None:
+def storage_server(d: Deployment) -> str | None:
     return str(d.storage_server) if storage.is_nfs(d) and d.storage_server else None
 
 
-def selection(d) -> str:
+def selection(d: Deployment) -> str:
     """Which ports the host program tunes and why, as render and plan say it (the program finds the ports themselves)."""
     if d.nic_interfaces:
         return "the ports hicache_nic_interfaces names: " + ", ".join(map(str, d.nic_interfaces))
@@ -57,12 +58,12 @@ LEFT_BY_NULL = {"rings": "hicache_nic_rings", "channels": "hicache_nic_channels"
                 "cpu_governor": "hicache_nic_cpu_governor"}
 
 
-def left_alone(d) -> dict[str, str]:
+def left_alone(d: Deployment) -> dict[str, str]:
     """The settings of LEFT_BY_NULL whose variable is null here (desired-state key: variable): left as the host has them."""
     return {key: name for key, name in LEFT_BY_NULL.items() if getattr(d, name[len("hicache_"):]) is None}
 
 
-def desired(d) -> dict:
+def desired(d: Deployment) -> dict:
     pfc = [1 if p in d.nic_pfc_priorities else 0 for p in range(8)] if d.nic_pfc_priorities else None
     return {
         "interfaces": [str(i) for i in d.nic_interfaces],  # [] = the storage ports (storage_ports, else storage_server's route)
@@ -90,7 +91,7 @@ def desired(d) -> dict:
     }
 
 
-def config_text(d) -> str:
+def config_text(d: Deployment) -> str:
     return json.dumps(desired(d), indent=2, sort_keys=True) + "\n"
 
 
@@ -143,7 +144,7 @@ def udev_rule_text() -> str:
             f'ACTION=="add", SUBSYSTEM=="net", ENV{{DEVTYPE}}=="bond|vlan", {run}\n')
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class NicPlan:
     desired: dict[str, Any]  # what hicache-nic-tuning applies (--apply-json)
     config_file: str
@@ -159,11 +160,11 @@ class NicPlan:
     verdict: dict[str, Any] | None = None  # with the program's report: failures, gaps, what still differs
 
 
-def nic_plan(d, report: dict[str, Any] | None = None) -> NicPlan:
+def nic_plan(d: Deployment, report: dict[str, Any] | None = None) -> NicPlan:
     asked = storage.is_nfs(d) or bool(d.nic_interfaces)
-    return NicPlan(desired(d), CONFIG_FILE, config_text(d), PROGRAM, UNIT, unit_text(), UDEV_RULE,
-                   udev_rule_text(), selection(d), bool(d.strict), asked,
-                   nic_verdict(report, asked, bool(d.nic_ecn_required)) if report is not None else None)
+    return NicPlan(desired=desired(d), config_file=CONFIG_FILE, config_text=config_text(d), program=PROGRAM, unit=UNIT, unit_text=unit_text(),
+                   udev_rule_file=UDEV_RULE, udev_rule_text=udev_rule_text(), selection=selection(d), strict=bool(d.strict), asked=asked,
+                   verdict=nic_verdict(report, asked, bool(d.nic_ecn_required)) if report is not None else None)
 
 
 def parse_ethtool_rings(text: str) -> dict[str, dict[str, int]]:
