@@ -280,13 +280,17 @@ def _looks_like_ip(text: str) -> bool:
 def read_ahead_persistence(facts: dict | None) -> tuple[bool, str]:
     """No mount option sets NFS read-ahead: nfs-utils' udev rule runs nfsrahead (tools/nfsrahead/) each time an NFS
     bdi appears, and nfsrahead reads the [nfsrahead] section this role writes. So the value survives a remount or a
-    reboot only where nfsrahead, a udev rule that runs it, and a running udevd are all there."""
+    reboot only where nfsrahead, a udev rule that runs it, and a running udevd are all there. nfsrahead came with
+    nfs-utils 2.6.2 (tag nfs-utils-2-6-2, 2022-08; its rule /usr/lib/udev/rules.d/99-nfs.rules runs
+    /usr/libexec/nfsrahead %k for every bdi): Debian 12's nfs-common has it, as RHEL 8's and 9's backports do
+    (nfs-utils-2.3.3-54.el8, 2.5.4-17.el9); Ubuntu 22.04's 2.6.1 does not. Its [nfsrahead] section has one value
+    per NFS version (nfs, nfs4), so the value is host-wide: every NFS mount of the host gets it."""
     if facts is None:
         return False, "the host was not read"
     nfsrahead = (facts.get("tools") or {}).get("nfsrahead")
     rule = facts.get("nfsrahead_udev_rule")
     missing = [what for what, present in (
-        ("nfsrahead (nfs-common / nfs-utils 2.6 or newer)", nfsrahead),
+        ("nfsrahead (nfs-utils 2.6.2 or newer, or a distribution's backport: not Ubuntu 22.04's 2.6.1)", nfsrahead),
         ("a udev rule that runs it (nfs-utils' 99-nfs.rules)", rule),
         ("a running udevd (systemd-udevd)", facts.get("udevd_running"))) if not present]
     if missing:

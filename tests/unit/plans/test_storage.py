@@ -83,6 +83,15 @@ def test_read_ahead_persists_only_with_nfsrahead_its_rule_and_udevd():
     assert not ok and "not persistent" in why and "udevd" in why
     ok, why = storage.read_ahead_persistence({**facts, "tools": {"nfsrahead": None}, "nfsrahead_udev_rule": None})
     assert not ok and "no nfsrahead" in why and "udev rule" in why
+    # the release that brought nfsrahead (tag nfs-utils-2-6-2), so an operator on Ubuntu 22.04 (2.6.1) knows why
+    assert "nfs-utils 2.6.2 or newer" in why and "Ubuntu 22.04" in why
+
+
+def test_the_read_ahead_variable_says_nfsraheads_setting_is_host_wide():
+    from hicachectl.config.schema import VARIABLES
+
+    [var] = [v for v in VARIABLES if v.name == "hicache_storage_read_ahead_kb"]
+    assert "host-wide" in var.doc and "every NFS mount of the host" in var.doc
 
 
 def test_uuid_and_label_sources_resolve_through_the_hosts_links():
