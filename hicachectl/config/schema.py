@@ -409,7 +409,8 @@ VARIABLES: tuple[Var, ...] = (
     _v("hicache_storage_mount_timeout", "int", 60, "Seconds systemd waits for the mount at boot (x-systemd.mount-timeout); with nofail a storage outage never blocks boot.", role="storage",
        domain=Domain("seconds, at least 1", 60, "range", low=1)),
     _v("hicache_storage_read_ahead_kb", "int", 8192, "NFS read-ahead in KiB, applied to the live mount and persistent through nfsrahead (nfs-utils 2.6.2 or newer; /etc/nfs.conf.d), "
-       "whose setting is host-wide: every NFS mount of the host of the same NFS version gets it, not only the L3 tier's.", role="storage",
+       "whose setting is host-wide: every NFS mount of the host of the same NFS version gets it, not only the L3 tier's. "
+       "Where nfs-utils has no nfsrahead (Ubuntu 22.04's 2.6.1), the toolkit's own udev rule sets it for the L3 mount alone.", role="storage",
        domain=Domain("KiB, 0 or more", 8192, "range", low=0)),
     _v("hicache_storage_sunrpc_slots", "int", 128,
        "RPC slots per NFS-over-RDMA transport (sunrpc.rdma_slot_table_entries, live and in sysctl.d, with rpcrdma loaded at boot); "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import re
+import shlex
 from typing import Any
 
 from hicachectl.config.deployment import Deployment
@@ -252,18 +253,62 @@ def sysctl_conf(sysctls: dict[str, str]) -> str | None:
 
 
 NFSRAHEAD_FILE = "/etc/nfs.conf.d/hicache-readahead.conf"
+# Where nfs-utils has no nfsrahead (before 2.6.2: Ubuntu 22.04's 2.6.1), the toolkit's own udev rule and program set
+# the L3 mount's read-ahead when its bdi appears: that mount's only, where nfsrahead's setting is host-wide.
+READ_AHEAD_RULE_FILE = "/etc/udev/rules.d/90-hicache-l3-readahead.rules"
+READ_AHEAD_PROGRAM = "/usr/local/libexec/hicache-l3-readahead"
 
 
-def host_files(d: Deployment, sysctls: dict[str, str]) -> tuple[list[dict[str, str]], list[dict[str, str]], list[str]]:
+def own_read_ahead_rule(d: Deployment, facts: dict | None) -> bool:
+    """The toolkit's own read-ahead rule: an NFS tier with a read-ahead, on a host read to have no nfsrahead (a host not
+    read, as `render` plans it, is taken to have it: what nfs-utils gives since 2.6.2)."""
+    tools = (facts or {}).get("tools")
+    return is_nfs(d) and d.storage_read_ahead_kb is not None and tools is not None and not tools.get("nfsrahead")
+
+
+def read_ahead_rule_text() -> str:
+    # The bdi of an NFS mount has an anonymous device number (major 0); only such bdis run the program.
+    return ("# Managed by hicache-deploy: the L3 tier's NFS read-ahead, where nfs-utils (before 2.6.2) sets none.\n"
+            f'SUBSYSTEM=="bdi", ACTION=="add", KERNEL=="0:*", PROGRAM="{READ_AHEAD_PROGRAM} %k", ATTR{{read_ahead_kb}}="%c"\n')
+
+
+def read_ahead_program_text(d: Deployment) -> str:
+    """udev runs it with a new bdi's MAJ:MIN, before the mount that made the bdi shows in mountinfo: it waits (up to 10 s,
+    as nfsrahead does) for a mount with that device, prints the read-ahead when it is the L3 mount, and exits 1 at once
+    when it is another mount (the rule then sets nothing)."""
+    point = mount(d).point
+    return f"""#!/bin/sh
+# Managed by hicache-deploy: the read-ahead of the L3 tier's NFS mount ({point}), run by {READ_AHEAD_RULE_FILE}.
+i=0
+while [ "$i" -lt 50 ]; do
+    awk -v dev="$1" -v point={shlex.quote(point)} '$3 == dev {{ found = ($5 == point) ? 1 : 2 }} END {{ exit found ? found - 1 : 3 }}' /proc/self/mountinfo
+    case $? in
+        0) echo {int(d.storage_read_ahead_kb)}; exit 0 ;;
+        1) exit 1 ;;
+    esac
+    i=$((i + 1))
+    sleep 0.2
+done
+exit 1
+"""
+
+
+def host_files(d: Deployment, sysctls: dict[str, str], facts: dict | None = None) -> tuple[list[dict[str, str]], list[dict[str, str]], list[str]]:
     """What the storage role persists before any mount, as hicache_files takes it: the directories and files it keeps
     (root's, 0755 and 0644) and the files it removes (its own that this tier does not need, and what older releases wrote)."""
+    own_rule = own_read_ahead_rule(d, facts)
     wanted = {NFSRAHEAD_FILE: nfsrahead_conf(d) if is_nfs(d) and d.storage_read_ahead_kb is not None else None,
-              MODULES_LOAD_FILE: modules_load_conf(d), SYSCTL_FILE: sysctl_conf(sysctls), VASTNFS_MODPROBE_FILE: vastnfs_conf(d)}
-    files = [{"path": path, "content": content, "owner": "root", "group": "root", "mode": "0644"}
+              MODULES_LOAD_FILE: modules_load_conf(d), SYSCTL_FILE: sysctl_conf(sysctls), VASTNFS_MODPROBE_FILE: vastnfs_conf(d),
+              READ_AHEAD_RULE_FILE: read_ahead_rule_text() if own_rule else None,
+              READ_AHEAD_PROGRAM: read_ahead_program_text(d) if own_rule else None}
+    files = [{"path": path, "content": content, "owner": "root", "group": "root", "mode": "0755" if path == READ_AHEAD_PROGRAM else "0644"}
              for path, content in wanted.items() if content is not None]
     directories = [{"path": path, "owner": "root", "group": "root", "mode": "0755"}
                    for path in dict.fromkeys(f["path"].rsplit("/", 1)[0] for f in files)]
-    absent = [path for path, content in wanted.items() if content is None] + [OLD_SUNRPC_MODPROBE_FILE]
+    # Whether the host has nfsrahead is known only once it was read: a plan without facts (`render`) neither writes nor
+    # removes the toolkit's own rule, which render names among what the roles may leave (host_files.server_host_files).
+    unknown = set() if (facts or {}).get("tools") is not None else {READ_AHEAD_RULE_FILE, READ_AHEAD_PROGRAM}
+    absent = [path for path, content in wanted.items() if content is None and path not in unknown] + [OLD_SUNRPC_MODPROBE_FILE]
     return directories, files, absent
 
 
@@ -277,7 +322,7 @@ def _looks_like_ip(text: str) -> bool:
         return False
 
 
-def read_ahead_persistence(facts: dict | None) -> tuple[bool, str]:
+def read_ahead_persistence(facts: dict | None, own_rule: bool = False) -> tuple[bool, str]:
     """No mount option sets NFS read-ahead: nfs-utils' udev rule runs nfsrahead (tools/nfsrahead/) each time an NFS
     bdi appears, and nfsrahead reads the [nfsrahead] section this role writes. So the value survives a remount or a
     reboot only where nfsrahead, a udev rule that runs it, and a running udevd are all there. nfsrahead came with
@@ -287,6 +332,10 @@ def read_ahead_persistence(facts: dict | None) -> tuple[bool, str]:
     per NFS version (nfs, nfs4), so the value is host-wide: every NFS mount of the host gets it."""
     if facts is None:
         return False, "the host was not read"
+    if own_rule:  # no nfsrahead here: the toolkit's own rule does its work for the L3 mount alone
+        if facts.get("udevd_running"):
+            return True, f"no nfsrahead (nfs-utils before 2.6.2): {READ_AHEAD_RULE_FILE} runs {READ_AHEAD_PROGRAM} for the L3 mount"
+        return False, "read-ahead is set on the live mount only, not persistent across a remount or a reboot: no running udevd (systemd-udevd)"
     nfsrahead = (facts.get("tools") or {}).get("nfsrahead")
     rule = facts.get("nfsrahead_udev_rule")
     missing = [what for what, present in (
@@ -340,10 +389,10 @@ def storage_plan(d: Deployment, facts: dict[str, Any]) -> StoragePlan:
     the_mount = mount(d)
     mountable, why = can_mount(facts, d) if the_mount else (True, "")
     nfs = is_nfs(d)
-    persistent, not_persistent = read_ahead_persistence(facts) if nfs else (True, "")
+    persistent, not_persistent = read_ahead_persistence(facts, own_read_ahead_rule(d, facts)) if nfs else (True, "")
     rdma_sysctls = sunrpc_sysctls(d)
     sysctls = {**rdma_sysctls, **rp_filter_sysctls(d, facts)}
-    directories, files, absent = host_files(d, sysctls)
+    directories, files, absent = host_files(d, sysctls, facts)
     modules_load = modules_load_conf(d)
     load_rpcrdma = bool(modules_load and the_mount and mountable and not kernel_module(facts, "rpcrdma")["loaded"])
     return StoragePlan(

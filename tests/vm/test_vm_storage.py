@@ -18,6 +18,8 @@ import time
 import pytest
 from bed import EXPORT, LINKS, ROOT, vmlib
 
+from hicachectl.plans import storage
+
 pytestmark = [pytest.mark.slow, pytest.mark.vm, pytest.mark.timeout(3600)]  # a boot, an image import and a converge on a loaded TCG guest
 
 POINT = "/mnt/l3"
@@ -36,6 +38,7 @@ SERVER = {"hicache_container_runtime": "none", "hicache_launcher": ["python3", S
           "hicache_image": "lmsysorg/sglang:v0.5.23-cu129",  # with runtime none only a record (deployed.json)
           "hicache_sglang_version": "0.5.23", "hicache_health_timeout": 120, "hicache_container_env": {"STANDIN_LOAD_SECONDS": "1"}}
 UNIT = "sglang-hicache.service"
+NFSRAHEAD = "/usr/libexec/nfsrahead"  # Debian 12's nfs-common 2.6.2
 # exits 0 when the server answers /health with 200
 HEALTHY = vmlib.http_ok()
 
@@ -208,14 +211,22 @@ def test_nic_tuning_selects_no_virtio_port_unless_named_and_sets_a_named_ports_m
 def test_after_a_reboot_the_mount_and_every_tuned_value_come_back(bed):
     """The one plain reboot of the bed (each TCG boot costs minutes on a loaded machine): the VAST mount and every
     tuned value come back from their persistence; the NetApp shape's mount comes back through a boot too, in the
-    storage outage test below."""
+    storage outage test below. Here the host has no nfsrahead, as with nfs-utils before 2.6.2 (Ubuntu 22.04's 2.6.1):
+    the read-ahead comes back through the toolkit's own udev rule; after the outage's boot below, through nfsrahead's."""
     vm = bed.client
-    vm.reboot()
-    # 300 s: the mount may start late and take its whole mount timeout on a loaded machine; a pass ends at the mount.
-    vm.ssh(f"for i in $(seq 300); do mountpoint -q {POINT} && exit 0; sleep 1; done; journalctl -b -u testbed-rxe -u mnt-l3.mount; exit 1", check=True, timeout=400)
-    assert_tuned(vm, "3", transports=4)
-    run = bed.play(bed.inventory("vast", vast()), STORAGE_VERIFY)
-    assert run.returncode == 0, run.stdout[-4000:]
+    vm.ssh(f"mv {NFSRAHEAD} {NFSRAHEAD}.testbed-hidden", check=True)
+    try:
+        converge(bed, vast(), "vast")  # the facts find no nfsrahead: the role installs its own rule
+        assert vm.ssh(f"test -x {storage.READ_AHEAD_PROGRAM} && test -f {storage.READ_AHEAD_RULE_FILE}").returncode == 0
+        vm.reboot()
+        # 300 s: the mount may start late and take its whole mount timeout on a loaded machine; a pass ends at the mount.
+        vm.ssh(f"for i in $(seq 300); do mountpoint -q {POINT} && exit 0; sleep 1; done; journalctl -b -u testbed-rxe -u mnt-l3.mount; exit 1",
+               check=True, timeout=400)
+        assert_tuned(vm, "3", transports=4)  # read-ahead included: nothing but the toolkit's rule could have set it
+        run = bed.play(bed.inventory("vast", vast()), STORAGE_VERIFY)
+        assert run.returncode == 0, run.stdout[-4000:]
+    finally:
+        vm.ssh(f"mv {NFSRAHEAD}.testbed-hidden {NFSRAHEAD}")
 
 
 def test_after_the_reboot_the_named_ports_mtu_is_back_from_the_boot_unit(bed):
@@ -234,6 +245,8 @@ def test_a_netapp_shaped_host_mounts_nfs_4_1_over_rdma_with_everything_in_effect
     first = converge(bed, netapp(), "netapp")
     assert first["changed"] > 0
     assert_tuned(vm, "4.1")
+    # nfsrahead is back (the reboot test hid it): the toolkit's own rule is gone, nfs-utils' set the new mount's value
+    assert vm.ssh(f"test -e {storage.READ_AHEAD_PROGRAM} || test -e {storage.READ_AHEAD_RULE_FILE}").returncode == 1
     assert {"rsize=65536", "wsize=65536"} <= mount_entry(vm)["options"]
     assert converge(bed, netapp(), "netapp")["changed"] == 0
     # The kernel NFS server grants no pNFS layout: the kernel's own mountstats says so (",pnfs=not configured",

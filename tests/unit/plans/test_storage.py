@@ -87,6 +87,39 @@ def test_read_ahead_persists_only_with_nfsrahead_its_rule_and_udevd():
     assert "nfs-utils 2.6.2 or newer" in why and "Ubuntu 22.04" in why
 
 
+def test_without_nfsrahead_the_toolkits_own_rule_sets_the_l3_mounts_read_ahead_alone(tmp_path):
+    import subprocess
+
+    d = deployment("vast")
+    without = {"tools": {"nfsrahead": None}, "nfsrahead_udev_rule": None, "udevd_running": True}
+    with_it = {"tools": {"nfsrahead": "/usr/libexec/nfsrahead"}, "nfsrahead_udev_rule": "/usr/lib/udev/rules.d/99-nfs.rules", "udevd_running": True}
+    plan = storage.storage_plan(d, without)
+    files = {f["path"]: f for f in plan.files}
+    assert plan.read_ahead_persistent and storage.READ_AHEAD_RULE_FILE in plan.read_ahead_not_persistent_reason
+    assert files[storage.READ_AHEAD_PROGRAM]["mode"] == "0755" and "nfsrahead" not in files[storage.READ_AHEAD_RULE_FILE]["content"]
+    assert 'KERNEL=="0:*"' in files[storage.READ_AHEAD_RULE_FILE]["content"]  # anonymous bdis only: never a disk's
+    # with nfsrahead the host keeps nfs-utils' rule, and a rule of ours left from before is removed
+    kept = storage.storage_plan(d, with_it)
+    assert storage.READ_AHEAD_RULE_FILE in kept.absent and storage.READ_AHEAD_PROGRAM in kept.absent
+    assert storage.READ_AHEAD_RULE_FILE not in {f["path"] for f in kept.files}
+    # no udevd: nothing runs the rule, the read-ahead is live only (a gap)
+    assert not storage.storage_plan(d, {**without, "udevd_running": False}).read_ahead_persistent
+    # render plans without host facts: nfs-utils' nfsrahead is assumed; a local tier never has the rule
+    assert storage.READ_AHEAD_RULE_FILE not in {f["path"] for f in storage.storage_plan(d, {}).files}
+    assert storage.host_files(deployment("local"), {}, without)[1] == []
+    # the program, on a sample mountinfo: the L3 mount's bdi gets the value, another NFS mount's nothing, at once
+    point = storage.mount(d).point
+    sample = tmp_path / "mountinfo"
+    sample.write_text(f"36 25 0:53 / {point} rw,relatime shared:1 - nfs 198.18.1.1:/srv/l3 rw,vers=3\n"
+                      "37 25 0:54 / /home rw,relatime shared:2 - nfs other:/home rw,vers=3\n")
+    program = tmp_path / "program"
+    program.write_text(files[storage.READ_AHEAD_PROGRAM]["content"].replace("/proc/self/mountinfo", str(sample)))
+    ours = subprocess.run(["sh", str(program), "0:53"], capture_output=True, text=True, timeout=30)
+    assert ours.returncode == 0 and ours.stdout.strip() == str(d.storage_read_ahead_kb)
+    other = subprocess.run(["sh", str(program), "0:54"], capture_output=True, text=True, timeout=5)  # no 10 s wait
+    assert other.returncode == 1 and other.stdout == ""
+
+
 def test_the_read_ahead_variable_says_nfsraheads_setting_is_host_wide():
     from hicachectl.config.schema import VARIABLES
 
