@@ -248,8 +248,20 @@ def test_render_names_what_the_roles_leave_beyond_their_files():
     wheelhouse: what the roles leave whose content is only known on the host."""
     d = deployment("vast")
     kept = {k.path: k for k in host_files.server_host_files(d).kept}
-    assert set(kept) == {f"{d.cfg_dir}/deployed.json", f"{d.cfg_dir}.previous/"} and all(k.role == "sglang_server" for k in kept.values())
+    assert {f"{d.cfg_dir}/deployed.json", f"{d.cfg_dir}.previous/"} <= set(kept)
+    assert all(kept[p].role == "sglang_server" for p in (f"{d.cfg_dir}/deployed.json", f"{d.cfg_dir}.previous/"))
     assert "rollback" in kept[f"{d.cfg_dir}.previous/"].what
+    # and the state files the roles write only where the host calls for it: the ports the boot unit tunes, the ToS
+    # stamp, irqbalance's give-back, NIXL's io_uring marker, and (where nfsrahead is absent) the read-ahead rule
+    state = {"/var/lib/hicache/nic-ports.json", "/run/hicache/roce-tos.json", "/var/lib/hicache/irqbalance-stopped",
+             "/etc/hicache/nixl-uring-unavailable", "/etc/udev/rules.d/90-hicache-l3-readahead.rules", "/usr/local/libexec/hicache-l3-readahead"}
+    assert set(kept) == {f"{d.cfg_dir}/deployed.json", f"{d.cfg_dir}.previous/"} | state, set(kept)
+    assert "nfsrahead" in kept["/etc/udev/rules.d/90-hicache-l3-readahead.rules"].what
+    # a plan without host facts neither writes nor removes the read-ahead rule: whether nfsrahead is there is unknown
+    removed = {path for _, path in host_files.server_host_files(d).removed}
+    assert not removed & state, removed & state
+    local = {k.path for k in host_files.server_host_files(deployment("local")).kept}
+    assert "/etc/udev/rules.d/90-hicache-l3-readahead.rules" not in local  # no NFS tier: no read-ahead rule
     rd = router.check_router_host("router-01", {"hicache_router_wheelhouse": "/srv/wheels"})[0]
     routed = {k.path: k.what for k in host_files.router_host_files(rd, {}).kept}
     assert set(routed) == {f"{rd.router_dir.rstrip('/')}/", f"{rd.router_dir.rstrip('/')}/wheels/"}

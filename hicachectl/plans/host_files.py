@@ -118,6 +118,22 @@ def _nic_files(nic) -> list[HostFile]:
     return out
 
 
+def _state_kept(d: Deployment) -> list[Kept]:
+    """What the roles write on a server only where the host calls for it, or as a record of what they did there."""
+    kept = [Kept("nic_tuning", nic_tuning.SELECTION_FILE, "the storage ports the last deploy selected: the only ports the boot unit tunes"),
+            Kept("nic_tuning", nic_tuning.TOS_STAMP_FILE,
+                 "when the RoCE ToS was set (until a reboot): whether the L3 mount's transports predate it, so it is not yet in effect"),
+            Kept("nic_tuning", nic_tuning.IRQBALANCE_MARKER,
+                 "only where IRQ pinning stopped irqbalance: that the toolkit did, so it starts it again when pinning is turned off"),
+            Kept("sglang_server", sglang_server.URING_MARKER,
+                 "only where NIXL could not create its io_uring backend: the server runs the POSIX plugin with posix_aio from then on")]
+    if storage.is_nfs(d) and d.storage_read_ahead_kb is not None:
+        where = "only where the host has no nfsrahead (nfs-utils before 2.6.2)"
+        kept += [Kept("storage", storage.READ_AHEAD_RULE_FILE, f"the udev rule that sets the L3 mount's read-ahead when its bdi appears, {where}"),
+                 Kept("storage", storage.READ_AHEAD_PROGRAM, f"the program that rule runs, {where}")]
+    return kept
+
+
 def server_host_files(d: Deployment, fleet=None) -> HostChanges:
     """Every file site.yml's server play writes on a server, role by role in the play's order (nic_tuning, storage,
     host_limits, sglang_server), from each role's plan without host facts. What depends on the host (which ports
@@ -152,6 +168,7 @@ def server_host_files(d: Deployment, fleet=None) -> HostChanges:
             Kept("sglang_server", f"{server.previous_dir}/",
                  "the previous config, a copy of cfg/ as it ran before the last change: what a failed start and `hicachectl rollback` "
                  "put back (one, replaced at each change)")]
+    kept += _state_kept(d)
     if fleet is not None and d.inventory_host in fleet:
         collector = l3_collector.plan(d.inventory_host, {**fleet, d.inventory_host: d})
         out += [HostFile("sglang_server", f["path"], f["content"], f["mode"]) for f in collector.files]

@@ -160,6 +160,10 @@ class ServerFile:
     secret: bool
 
 
+# Read back by the host facts module (plugins/modules/hicache_host_facts.py URING_MARKER, which cannot import this).
+URING_MARKER = "/etc/hicache/nixl-uring-unavailable"
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ServerPlan:
     cfg_dir: str
@@ -173,6 +177,7 @@ class ServerPlan:
     # The secret files this config has none of (removed: an old secret does not stay on the host).
     absent_secret_files: list[str]
     uring_fallback: bool
+    uring_marker: str = ""  # written when NIXL could not create its io_uring backend here: the POSIX plugin then runs posix_aio
     unit: dict[str, str]
     health_url: str
     health_timeout: int
@@ -216,6 +221,7 @@ def server_plan(d: Deployment, uring_fallback: bool = False, facts: dict[str, An
         previous_dir=d.cfg_dir.rstrip("/") + ".previous",
         deployed=json.loads(next(f.content for f in rendered if f.name == INSTALLED)),
         deployed_name=DEPLOYED,
+        uring_marker=URING_MARKER,
         files=[ServerFile(f.name, f.shown, f.mode, f.secret) for f in rendered],
         public_files=[{"path": f"{d.cfg_dir}/{f.name}", "content": f.content, "mode": f.mode, "owner": "root", "group": "root", "backup": first_install(d, facts),
           "label": f.name} for f in rendered if not f.secret],

@@ -47,3 +47,27 @@ def test_a_real_io_uring_failure_falls_back(line):
 @pytest.mark.parametrize("line", NOT_URING_FAILURES)
 def test_a_config_error_naming_use_uring_does_not_mark_the_host(line):
     assert re.search(fallback_pattern(), f"journal start\n{line}\nmore", re.IGNORECASE) is None
+
+
+def test_the_marker_the_role_writes_is_the_one_the_host_facts_read_and_render_names():
+    """One path in three places that cannot share an import: the plan (which the role's copy task takes it from and
+    render lists), and the host facts module that reads it back on the next run."""
+    import importlib.util
+
+    from support import ROOT
+
+    from hicachectl.plans import sglang_server
+
+    spec = importlib.util.spec_from_file_location("hicache_host_facts", ROOT / "plugins/modules/hicache_host_facts.py")
+    facts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(facts)
+    assert facts.URING_MARKER == sglang_server.URING_MARKER
+    def tasks(node):
+        if isinstance(node, dict):
+            yield node
+            node = list(node.values())
+        for child in node if isinstance(node, list) else ():
+            yield from tasks(child)
+
+    copy = next(t for t in tasks(yaml.safe_load(SERVICE.read_text())) if t.get("name") == "Remember that io_uring fails on this host")
+    assert copy["ansible.builtin.copy"]["dest"] == "{{ __hicache_server_rendered.uring_marker }}"
