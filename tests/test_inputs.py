@@ -117,9 +117,9 @@ def test_init_names_routers_and_addresses_and_what_to_fill_in(tmp_path):
     group_vars.write_text(group_vars.read_text().replace("vast-vip.example.com", "vast-vip.corp.net").replace("192.0.2.", "10.20.0."))
     report = cli_json("validate", "-i", str(out))
     assert report["ok"] and report["hosts"] == ["gpu-1", "gpu-2"]
-    # Of the profile's own content, one warning stays, on purpose: the documents' Docker line asks NIXL for io_uring,
-    # which Docker 25.0 and later's default seccomp profile blocks (the deploy then falls back to posix_aio and says so).
-    assert {f["rule"] for f in report["findings"] if f["level"] == "warning"} == {"uring-seccomp"}, report["findings"]
+    # No warning about the profile's own content: whether the documents' io_uring is blocked by Docker's seccomp
+    # depends on the host's engine (25.0 and later), which preflight judges with its version, not validate.
+    assert not [f for f in report["findings"] if f["level"] == "warning"], report["findings"]
     # a new inventory reproduces no document: its servers get their own L3 namespace, and no warning about it
     assert yaml.safe_load((out / "group_vars/all.yml").read_text())["hicache_l3_namespace"] == "auto"
     assert not [f for f in report["findings"] if f["rule"] == "l3-namespace-off"]
@@ -131,7 +131,7 @@ def test_init_names_routers_and_addresses_and_what_to_fill_in(tmp_path):
 def test_a_fresh_init_has_no_warning_about_its_own_profile(tmp_path):
     """#34: local had two (served-name-stable, file-backend-unbounded), netapp and adp one. init adds a served name
     that does not move with the weights and, for an unbounded file tier, a budget its collector keeps; the shipped
-    profiles keep reproducing their documents (vast's one warning is test_init_names_routers_...'s)."""
+    profiles keep reproducing their documents (vast's is test_init_names_routers_...'s)."""
     fills = {"netapp-lif.example.com": "netapp-lif.corp.net", "192.0.2.": "10.20.0."}
     for profile in ("local", "netapp", "adp"):
         out = tmp_path / profile

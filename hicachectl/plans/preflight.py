@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from hicachectl.config.deployment import Deployment
+from hicachectl.config.deployment import Deployment, uses_uring
 from hicachectl.plans import storage
 from hicachectl.plans.plan import INFO, MISSING, NOT_CHECKED, NOT_NEEDED, OK, WARN, Check
 from hicachectl.rules.tiers import host_pool_ranks
@@ -76,6 +76,29 @@ def runtime_check(facts: dict[str, Any], d: Deployment) -> Check:
     return _judged("container_runtime", True, f"{client}" + (f", engine {engine['detail']}" if engine.get("detail") else ""), needed, d)
 
 
+# Docker's default seccomp profile allowed io_uring_setup/enter/register from 20.10 (moby#39415) and blocks them again
+# from 25.0 (moby#46762, "seccomp: block io_uring_* syscalls in default profile"); docs/docker-vm.md shows both on a VM.
+DOCKER_BLOCKS_URING = (25, 0)
+
+
+def uring_seccomp_check(facts: dict[str, Any], d: Deployment) -> Check | None:
+    """Whether NIXL's io_uring, asked for by the inventory, is allowed in the server's container: a matter of the host's
+    Docker engine, so judged here with its version and not by validate, which cannot know it. None where the question
+    does not arise (no io_uring asked, another runtime, a seccomp profile given) or the engine's version is not known."""
+    if not uses_uring(d) or d.container_runtime != "docker" or d.container_seccomp:
+        return None
+    engine = (facts.get("runtime_engines") or {}).get("docker") or {}
+    version = _version(str(engine.get("detail") or "")) if engine.get("answers") else ()
+    if len(version) < 2:
+        return None
+    shown = str(engine["detail"])
+    if version >= DOCKER_BLOCKS_URING:
+        return Check("io_uring", WARN, f"Docker {shown}'s default seccomp profile blocks io_uring (moby#46762, from 25.0): NIXL cannot "
+                                       "create its io_uring backend and the deploy falls back to posix_aio; to keep io_uring, set "
+                                       "hicache_container_seccomp to a profile that allows io_uring_setup/enter/register (or unconfined)")
+    return Check("io_uring", OK, f"Docker {shown}'s default seccomp profile allows io_uring (20.10 to 24; blocked from 25.0)")
+
+
 def host_checks(facts: dict[str, Any]) -> list[Check]:
     """What every host of the toolkit is judged on, a server's or a router's: its OS, kernel and Python."""
     os_info = facts.get("os", {})
@@ -125,6 +148,9 @@ def judge(facts: dict[str, Any], d: Deployment, ansible_version: str | None = No
     else:
         checks.append(Check("host_ram", INFO, f"{mem} GB RAM (host pool sized by ratio)"))
     checks.append(runtime_check(facts, d))
+    uring = uring_seccomp_check(facts, d)
+    if uring is not None:
+        checks.append(uring)
     tools = facts.get("tools", {})
     toolkit = tools.get("nvidia-ctk") or tools.get("nvidia-container-runtime")
     checks.append(_judged("nvidia_container_toolkit", bool(toolkit), toolkit or "nvidia-ctk not found", needed, d))

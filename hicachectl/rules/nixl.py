@@ -109,18 +109,6 @@ def _nixl_config(d: Deployment, out):
 
 
 @rule
-def _uring_in_container(d: Deployment, out):
-    from hicachectl.config.deployment import uses_uring
-
-    if uses_uring(d) and d.container_runtime == "docker" and not d.container_seccomp:
-        out.warn("hicache_container_seccomp", "uring-seccomp",
-                 "NIXL's POSIX plugin is asked for io_uring, which the default seccomp profile of Docker 25.0 and later blocks "
-                 "(io_uring_setup/enter/register; moby#46762; Docker 20.10 to 24 allowed them, docs/docker-vm.md); "
-                 "NIXL then fails to create its backend and the deploy falls back to posix_aio.",
-                 "set hicache_container_seccomp to a profile that allows the io_uring syscalls (or unconfined), or use posix_aio.")
-
-
-@rule
 def _nixl_rank_keys(d: Deployment, out):
     """NIXL's keys end in _{model}_{tp_rank}_{tp_size} only (sglang 0.5.23 nixl/hicache_nixl.py, tp_config_suffix;
     MLA: _{model}): the ranks of another pipeline stage or attention-CP group write the same file names, so each

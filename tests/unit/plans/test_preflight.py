@@ -220,3 +220,25 @@ def test_the_host_pool_counts_every_rank_as_validate_does():
     ram = {name: next(c for c in r["checks"] if c["item"] == "host_ram") for name, r in (("tp", fits), ("pp", pipeline))}
     assert ram["tp"]["status"] == OK, ram
     assert ram["pp"]["status"] == MISSING and "240 GB host pool (60 GB x 2 TP x 2 PP ranks)" in ram["pp"]["detail"], ram
+
+
+def uring(detail, answers=True, **overrides):
+    facts = {**FULL, "runtime_engines": {"docker": {"answers": answers, "detail": detail}}}
+    return next((c for c in preflight.judge(facts, deployment("vast", **overrides)) if c.item == "io_uring"), None)
+
+
+def test_io_uring_under_docker_is_judged_by_the_hosts_engine_until_a_profile_is_set():
+    """Moved from validate's uring-seccomp (#34): Docker 25.0 and later block io_uring in their default seccomp profile
+    (moby#46762), 20.10 to 24 allow it (docs/docker-vm.md shows Debian's 20.10 allowing it on the VM bed)."""
+    blocked = uring("27.3.1")
+    assert blocked.status == WARN and "27.3.1" in blocked.detail and "hicache_container_seccomp" in blocked.detail
+    assert "posix_aio" in blocked.detail
+    assert uring("25.0.0").status == WARN
+    assert uring("20.10.24+dfsg1").status == OK and uring("24.0.7").status == OK
+    assert uring("27.3.1", container_seccomp="/etc/hicache/seccomp-uring.json") is None  # a profile given: as the operator chose
+    assert uring("27.3.1", extra_config={"use_direct_io": True, "use_posix_aio": "true"}) is None  # no io_uring asked
+    assert uring("27.3.1", container_runtime="podman") is None
+    assert uring("Cannot connect to the Docker daemon", answers=False) is None  # the runtime check names that
+    assert uring("") is None  # a version not known is not guessed
+    warned = preflight.report({**FULL, "runtime_engines": {"docker": {"answers": True, "detail": "26.1.3"}}}, deployment("vast"))
+    assert any(w.startswith("io_uring: Docker 26.1.3") for w in warned["warnings"]) and not warned["required_missing"]

@@ -51,10 +51,11 @@ def test_the_seeds_json_boolean_for_nixl_is_not_warned():
     assert ("error", "nixl-param-type", "hicache_extra_config.use_uring") in findings("vast", extra_config={"use_uring": "maybe"})
 
 
-def test_uring_under_docker_warns_about_seccomp_until_a_profile_is_set():
-    assert ("warning", "uring-seccomp", "hicache_container_seccomp") in findings("vast")
-    assert not any(f[1] == "uring-seccomp" for f in findings("vast", container_seccomp="/etc/hicache/seccomp-uring.json"))
-    assert not any(f[1] == "uring-seccomp" for f in findings("vast", extra_config={"use_direct_io": True, "use_posix_aio": "true"}))
+def test_validate_leaves_io_uring_under_docker_to_the_hosts_engine():
+    """#34: whether Docker's seccomp blocks io_uring is a matter of the host's engine (25.0 and later), which validate
+    cannot know: a fresh vast inventory is not warned about its own document; preflight judges it with the version
+    (tests/unit/plans/test_preflight.py)."""
+    assert not any(f[1] == "uring-seccomp" for f in findings("vast"))
 
 
 def test_the_seccomp_profile_reaches_docker_run():
