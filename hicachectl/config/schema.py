@@ -482,7 +482,9 @@ _STORAGE = tuple(v.name for v in VARIABLES if v.role == "storage")
 # tests/test_role_variables.py records what each role's plan really reads and holds this to it.
 ALSO_READS: dict[str, tuple[str, ...]] = {
     "preflight": ("hicache_base_dir", "hicache_cache_dir", "hicache_container_runtime", "hicache_size_gb", "hicache_tp_size",
-                  "hicache_pp_size", "hicache_dp_size", "hicache_enable_dp_attention") + _STORAGE,
+                  "hicache_pp_size", "hicache_dp_size", "hicache_enable_dp_attention",
+                  # whether NIXL's io_uring is asked, under which seccomp profile (uring_seccomp_check)
+                  "hicache_container_seccomp", "hicache_extra_config", "hicache_storage_backend") + _STORAGE,
     "nic_tuning": ("hicache_storage_localports", "hicache_storage_remoteports", "hicache_storage_server", "hicache_storage_type", "hicache_strict"),
     "storage": ("hicache_cache_dir", "hicache_strict"),
     "host_limits": ("hicache_container_runtime", "hicache_container_ulimits", "hicache_strict"),
