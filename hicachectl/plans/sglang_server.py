@@ -177,7 +177,7 @@ class ServerPlan:
     # The secret files this config has none of (removed: an old secret does not stay on the host).
     absent_secret_files: list[str]
     uring_fallback: bool
-    uring_marker: str = ""  # written when NIXL could not create its io_uring backend here: the POSIX plugin then runs posix_aio
+    uring_marker: str  # written when NIXL could not create its io_uring backend here: the POSIX plugin then runs posix_aio
     unit: dict[str, str]
     health_url: str
     health_timeout: int
