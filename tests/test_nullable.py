@@ -156,6 +156,6 @@ def test_a_null_in_the_inventory_reaches_the_plan_as_left():
     variables |= {name: None for name in NIC_NULLS} | {"hicache_storage_sunrpc_slots": None}
     desired = filters.hicache_nic(variables, "gpu-01")["desired"]
     assert {k: desired[k] for k in ("rings", "qos_trust", "cpu_governor", "roce_tos")} == dict.fromkeys(("rings", "qos_trust", "cpu_governor", "roce_tos"))
-    assert set(desired["left"]) == {"rings", "channels", "qos_trust", "roce_tos", "max_read_request", "cpu_governor"}
+    assert set(desired["left"]) == {"rings", "channels", "qos_trust", "ecn_priorities", "roce_tos", "max_read_request", "cpu_governor"}
     deployment, findings = rules.check_host("gpu-01", variables)
     assert deployment is not None and deployment.storage_sunrpc_slots is None

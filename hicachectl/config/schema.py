@@ -434,10 +434,14 @@ VARIABLES: tuple[Var, ...] = (
        "None leaves it.", choices=("dscp", "pcp"), role="nic_tuning", nullable=True),
     _v("hicache_nic_pfc_priorities", "list", [3], "Priorities with PFC on (mlnx_qos --pfc, or dcb pfc where mlnx_qos is absent); [] leaves PFC.", role="nic_tuning",
        domain=Domain("priorities 0-7", [3], "range", items=Domain("a priority 0-7", 3, "range", low=0, high=7), item_types=("int",))),
-    _v("hicache_nic_ecn_priorities", "list", [3], "Priorities with RoCE ECN on (notification and reaction point).", role="nic_tuning",
+    _v("hicache_nic_ecn_priorities", "list", [], "Priorities with RoCE ECN (DCQCN) switched on, notification and reaction point, "
+       "through MLNX_OFED/DOCA's /sys/class/net/<if>/ecn (the distribution's mlx5 has no such switch); [] (the default) leaves "
+       "ECN as the firmware has it (NVIDIA's DCQCN parameters: on for every priority unless ROCE_CC_PRIO_MASK says otherwise), "
+       "not checked.", role="nic_tuning",
        domain=Domain("priorities 0-7", [3], "range", items=Domain("a priority 0-7", 3, "range", low=0, high=7), item_types=("int",))),
-    _v("hicache_nic_ecn_required", "bool", False, "Fail a port whose driver has no per-priority ECN switch (the distribution's mlx5: "
-       "/sys/class/net/<if>/ecn is MLNX_OFED/DOCA's); false: a named gap, the host degraded.", role="nic_tuning"),
+    _v("hicache_nic_ecn_required", "bool", False, "With hicache_nic_ecn_priorities: fail a port whose driver has no per-priority "
+       "ECN switch (the distribution's mlx5: /sys/class/net/<if>/ecn is MLNX_OFED/DOCA's); false: a named gap, the host degraded.",
+       role="nic_tuning"),
     _v("hicache_nic_roce_dscp", "int", 26, "DSCP of NFS/RDMA traffic: RDMA-CM's default ToS (configfs rdma_cm/<dev>/ports/<n>/default_roce_tos) "
        "is set to DSCP << 2, as xprtrdma sets none; with trust dscp the default map sends DSCP d to priority d >> 3 (26 -> 3). "
        "None leaves it.", role="nic_tuning", nullable=True,

@@ -51,16 +51,21 @@ def selection(d: Deployment) -> str:
     return "none: no port named (hicache_nic_interfaces) and no NFS storage server to route to"
 
 
-# The settings a null leaves as the host has them (schema: "None leaves it"), by the desired state's key: the host
-# program neither writes nor reads them, and its report names each as left as it is (`left`), never as a failure.
+# The settings a null (or an empty list of priorities) leaves as the host has them (schema: "None leaves it", "[] leaves
+# PFC"), by the desired state's key: the host program neither writes nor reads them, and its report names each as left
+# as it is (`left`), never as a failure.
 LEFT_BY_NULL = {"rings": "hicache_nic_rings", "channels": "hicache_nic_channels", "qos_trust": "hicache_nic_qos_trust",
+                "pfc": "hicache_nic_pfc_priorities", "ecn_priorities": "hicache_nic_ecn_priorities",
                 "roce_tos": "hicache_nic_roce_dscp", "max_read_request": "hicache_nic_max_read_request",
                 "cpu_governor": "hicache_nic_cpu_governor"}
 
 
 def left_alone(d: Deployment) -> dict[str, str]:
-    """The settings of LEFT_BY_NULL whose variable is null here (desired-state key: variable): left as the host has them."""
-    return {key: name for key, name in LEFT_BY_NULL.items() if getattr(d, name[len("hicache_"):]) is None}
+    """The settings of LEFT_BY_NULL whose variable is null (or an empty list) here (desired-state key: variable): left as
+    the host has them."""
+    def unset(value) -> bool:
+        return value is None or (isinstance(value, (list, tuple)) and not value)
+    return {key: name for key, name in LEFT_BY_NULL.items() if unset(getattr(d, name[len("hicache_"):]))}
 
 
 def desired(d: Deployment) -> dict:

@@ -104,6 +104,16 @@ def _vast(d: Deployment, out):
 
 
 @rule
+def _ecn_required_alone(d: Deployment, out):
+    """hicache_nic_ecn_required fails a port without a per-priority ECN switch, for the priorities the inventory asks
+    ECN on; with none asked (the default leaves ECN to the firmware) it requires nothing, which its owner did not mean."""
+    if d.nic_ecn_required and not d.nic_ecn_priorities:
+        out.warn("hicache_nic_ecn_required", "ecn-required-alone", "is true but hicache_nic_ecn_priorities is empty: no ECN is set "
+                 "or checked, so nothing is required.", "list the priorities to switch ECN on in hicache_nic_ecn_priorities (e.g. [3]), "
+                 "or drop hicache_nic_ecn_required.")
+
+
+@rule
 def _roce_priority(d: Deployment, out):
     """NFS over RDMA carries RDMA-CM's default ToS, which nic_tuning sets to hicache_nic_roce_dscp << 2 (xprtrdma sets
     none). With trust dscp the port's default dscp2prio map sends DSCP d to priority d >> 3 (mlx5: the firmware's

@@ -57,9 +57,10 @@ def program(root, mode, config):
     return proc.returncode, json.loads(proc.stdout)
 
 
-# Rings and IRQ pinning are left as found by default (#34: NFS over RDMA does not use the Ethernet rings; irqbalance
-# stays unless pinning is asked for): the tests of those mechanisms ask for them.
-TUNED = {"nic_rings": 8192, "nic_irq_affinity": True}
+# Rings, IRQ pinning and per-priority ECN are left as found by default (#34: NFS over RDMA does not use the Ethernet
+# rings; irqbalance stays unless pinning is asked for; ECN stays as the firmware has it): the tests of those mechanisms
+# ask for them.
+TUNED = {"nic_rings": 8192, "nic_irq_affinity": True, "nic_ecn_priorities": [3]}
 
 
 def test_it_finds_the_storage_port_and_only_what_differs(sample_connectx):
@@ -130,22 +131,22 @@ def test_a_null_leaves_the_setting_neither_read_nor_written(sample_connectx):
     program neither reads nor writes those settings, and its report names each as left as it is, never as a failure."""
     import dataclasses
 
-    left = deployment("vast", storage_localports=["ens1f0np0"], nic_pfc_priorities=[])
+    left = deployment("vast", storage_localports=["ens1f0np0"], nic_pfc_priorities=[], nic_ecn_priorities=[3])
     left = dataclasses.replace(left, nic_rings=None, nic_qos_trust=None, nic_cpu_governor=None, nic_roce_dscp=None)
     config = nic_tuning.desired(left)
     assert config["left"] == {"rings": "hicache_nic_rings", "channels": "hicache_nic_channels", "qos_trust": "hicache_nic_qos_trust",
-                              "roce_tos": "hicache_nic_roce_dscp", "max_read_request": "hicache_nic_max_read_request",
+                              "pfc": "hicache_nic_pfc_priorities", "roce_tos": "hicache_nic_roce_dscp", "max_read_request": "hicache_nic_max_read_request",
                               "cpu_governor": "hicache_nic_cpu_governor"}
     for mode in ("--check-json", "--apply-json"):
         rc, report = program(sample_connectx, mode, config)
         seen = {c["what"] for c in report["changes"]} | {u["what"] for u in report["unavailable"]} | {f["what"] for f in report["failed"]}
         assert not {w for w in seen if re.search(r"rings|channels|qos|roce tos|max read request|cpu governor", w)}, seen
-        assert {x["what"] for x in report["left"]} == {"ens1f0np0 rings", "ens1f0np0 channels", "ens1f0np0 qos trust", "ens1f0np0 roce tos",
+        assert {x["what"] for x in report["left"]} == {"ens1f0np0 rings", "ens1f0np0 channels", "ens1f0np0 qos trust", "ens1f0np0 qos pfc", "ens1f0np0 roce tos",
                                                        "ens1f0np0 max read request", "cpu governor"}
-        assert {"what": "ens1f0np0 rings", "reason": "no value in hicache_nic_rings (null or unset): left as it is, not checked"} in report["left"]
+        assert {"what": "ens1f0np0 rings", "reason": "no value in hicache_nic_rings (null, unset or empty): left as it is, not checked"} in report["left"]
         # the role's note says them as not checked (roles/nic_tuning/tasks/checks.yml): neither passed nor failed
         verdict = nic_tuning.nic_verdict(report, asked=True)
-        assert "ens1f0np0 rings: no value in hicache_nic_rings (null or unset): left as it is, not checked" in verdict["left"]
+        assert "ens1f0np0 rings: no value in hicache_nic_rings (null, unset or empty): left as it is, not checked" in verdict["left"]
         assert not [f for f in verdict["failures"] if "rings" in f]
     assert (sample_connectx / "sys/devices/system/cpu/cpu0/cpufreq/scaling_governor").read_text() == "powersave\n"  # untouched
     assert (sample_connectx / "sys/class/net/ens1f0np0/ecn/roce_np/enable/3").read_text() == "1"  # the rest still applied
@@ -155,7 +156,8 @@ def test_without_nulls_nothing_is_left_but_what_is_unset_by_default(sample_conne
     rc, report = program(sample_connectx, "--check-json", nic_tuning.desired(deployment("vast", storage_localports=["ens1f0np0"], **TUNED)))
     assert {x["what"] for x in report["left"]} == {"ens1f0np0 channels", "ens1f0np0 max read request"}  # their defaults are None
     _, default = program(sample_connectx, "--check-json", nic_tuning.desired(deployment("vast", storage_localports=["ens1f0np0"])))
-    assert {x["what"] for x in default["left"]} == {"ens1f0np0 rings", "ens1f0np0 channels", "ens1f0np0 max read request"}  # rings too
+    assert {x["what"] for x in default["left"]} == {"ens1f0np0 rings", "ens1f0np0 channels", "ens1f0np0 ecn",
+                                                 "ens1f0np0 max read request"}  # rings and ECN too
     assert not [c for c in default["changes"] if c["what"] == "irqbalance" or " irq " in c["what"]]  # IRQs and irqbalance as found
     assert "ens1f0np0 rings" in {u["what"] for u in report["unavailable"]}  # ethtool absent here: read, so a reason
 

@@ -287,9 +287,17 @@ def test_netapp_nconnect_is_allowed_without_trunking_and_capped_at_16():
 def test_the_roce_dscp_must_land_on_the_pfc_and_ecn_priorities():
     """NFS over RDMA runs on priority roce_dscp >> 3 with trust dscp (the default dscp2prio map): a DSCP of another
     priority, or PFC/ECN lists without it, leave the storage traffic neither paused nor marked."""
-    assert not {f for f in findings("vast") if f[1] == "roce-priority"}  # 26 -> 3, PFC and ECN on 3
+    assert not {f for f in findings("vast") if f[1] == "roce-priority"}  # 26 -> 3, PFC on 3 (ECN left to the firmware)
+    assert not {f for f in findings("vast", nic_ecn_priorities=[3]) if f[1] == "roce-priority"}  # ECN on 3 too
     assert {("warning", "roce-priority", "hicache_nic_pfc_priorities"), ("warning", "roce-priority", "hicache_nic_ecn_priorities")} <= \
-        findings("vast", nic_roce_dscp=46)
+        findings("vast", nic_roce_dscp=46, nic_ecn_priorities=[3])
     assert ("warning", "roce-priority", "hicache_nic_pfc_priorities") in findings("netapp", nic_pfc_priorities=[4])
     assert not {f for f in findings("vast", nic_roce_dscp=46, nic_qos_trust="pcp") if f[1] == "roce-priority"}
     assert not {f for f in findings("vast", nic_pfc_priorities=[], nic_ecn_priorities=[]) if f[1] == "roce-priority"}
+
+
+def test_ecn_required_without_ecn_priorities_is_named():
+    """ECN is left to the firmware by default (hicache_nic_ecn_priorities []): requiring it then requires nothing."""
+    assert ("warning", "ecn-required-alone", "hicache_nic_ecn_required") in findings("vast", nic_ecn_required=True)
+    assert not {f for f in findings("vast", nic_ecn_required=True, nic_ecn_priorities=[3]) if f[1] == "ecn-required-alone"}
+    assert not {f for f in findings("vast") if f[1] == "ecn-required-alone"}
