@@ -13,12 +13,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import time
 
 import pytest
 from bed import EXPORT, LINKS, ROOT, vmlib
 
-from hicachectl.plans import storage
+from hicachectl import rules
+from hicachectl.plans import nic_tuning, storage
 
 pytestmark = [pytest.mark.slow, pytest.mark.vm, pytest.mark.timeout(3600)]  # a boot, an image import and a converge on a loaded TCG guest
 
@@ -318,6 +320,40 @@ def test_with_the_storage_down_at_boot_the_host_boots_and_verify_names_the_missi
     assert serves(vm)
     # The later tests change the tier under it: the server leaves the bed.
     vm.ssh(f"systemctl disable --now {UNIT}", check=True)
+
+
+def test_a_roce_tos_set_under_a_live_mount_is_not_in_effect_until_its_transports_reconnect(bed):
+    """#34, ToS in effect: RDMA-CM reads the default ToS when a connection resolves its route, so a ToS set while the
+    tier is mounted does not reach the mount's transports. On the NetApp-shaped mount the outage test left (NFS 4.1
+    over Soft-RoCE on the first storage link, its server stopped): the NIC program, as the role runs it (--apply-json,
+    then --check-json judged by nic_verdict), sets the default ToS of the link's RDMA device in configfs (the device
+    found by its GID table: rdma_rxe sits on no PCI device) and reports it "set, not yet in effect", never passed;
+    once the tier is mounted again, the same check finds it in effect. Before, the Soft-RoCE port had "no RDMA device"
+    and the ToS was never set here."""
+    vm, port = bed.client, bed.client_ports[0]
+    mtu = int(vm.read(f"/sys/class/net/{port}/mtu").strip())  # the link's own: only the ToS is asked of it
+    variables = {**netapp(), **NIC_ONLY_MTU, "hicache_nic_mtu": mtu, "hicache_nic_interfaces": [port], "hicache_nic_roce_dscp": 26}
+    deployment, findings = rules.check_host(vm.name, variables, role="nic_tuning")
+    assert deployment is not None, findings
+    config = shlex.quote(json.dumps(nic_tuning.desired(deployment)))
+
+    def program(mode: str) -> dict:
+        proc = vm.ssh(f"{nic_tuning.PROGRAM} {mode} {config}")
+        assert proc.stdout.startswith("{"), proc.stdout[-2000:] + proc.stderr[-2000:]
+        return json.loads(proc.stdout)
+
+    applied = program("--apply-json")
+    tos = next(c for c in applied["changes"] if c["what"] == f"{port} roce tos")
+    ibdev, number = tos["apply"][1], tos["apply"][2]
+    assert f"{port} roce tos" in applied["applied"] and not applied["failed"], applied
+    assert vm.read(f"/sys/kernel/config/rdma_cm/{ibdev}/ports/{number}/default_roce_tos").strip() == str(26 << 2)
+    verdict = nic_tuning.nic_verdict(program("--check-json"), asked=True)
+    assert verdict["failures"] == [] and not verdict.get("not_checked"), verdict
+    assert any(f"set, not yet in effect on {POINT}" in x for x in verdict.get("not_in_effect", [])), verdict
+    vm.ssh(f"umount {POINT} && mount {POINT}", check=True, timeout=300)
+    settled = nic_tuning.nic_verdict(program("--check-json"), asked=True)
+    assert settled["failures"] == [] and not settled.get("not_in_effect") and not settled.get("not_checked"), settled
+    assert mount_entry(vm)["fstype"] == "nfs4" and "proto=rdma" in mount_entry(vm)["options"]
 
 
 MULTIPATH_POINT = "/mnt/l3-multipath"

@@ -173,3 +173,22 @@ def test_a_vlan_over_a_bond_takes_its_mtu_after_the_bond(sample_connectx):
     _, report = program(sample_connectx, "--check-json", config)
     assert report["interfaces"] == ["ens1f0np0"] and report["uppers"] == ["bond0", "bond0.100"]
     assert [c["what"] for c in report["changes"] if c["what"].endswith(" mtu")] == ["ens1f0np0 mtu", "bond0 mtu", "bond0.100 mtu"]
+
+
+def test_an_rdma_device_found_only_by_its_gid_table_gets_the_roce_tos(tmp_path):
+    """A RoCE device registered with no parent device (rdma_rxe: rxe_verbs.c, rxe_register_device) is not under the
+    port's device/infiniband; its GID table names the port (gid_attrs/ndevs). It was "no RDMA device behind" the port,
+    so the ToS of a named port over such a device was never set (the VM bed's Soft-RoCE ports among them)."""
+    write(tmp_path, "/sys/class/net/eth1/mtu", "1500")
+    write(tmp_path, "/sys/class/infiniband/rxe_eth1/ports/1/gid_attrs/ndevs/0", "eth1")
+    write(tmp_path, "/sys/class/infiniband/rxe_eth1/ports/1/gid_attrs/ndevs/1", "eth1")
+    write(tmp_path, "/sys/class/infiniband/rxe_other/ports/1/gid_attrs/ndevs/0", "eth2")
+    write(tmp_path, "/sys/kernel/config/rdma_cm/rxe_eth1/ports/1/default_roce_tos", "0")
+    config = {**nic_tuning.desired(deployment("vast", nic_interfaces=["eth1"], nic_mtu=1500)), "cpu_governor": None}
+    rc, report = program(tmp_path, "--check-json", config)
+    tos = [c for c in report["changes"] if c["what"].endswith("roce tos")]
+    assert tos == [{"what": "eth1 roce tos", "current": 0, "wanted": 104, "apply": ["roce_tos", "rxe_eth1", "1", "104"]}], report
+    assert not [u for u in report["unavailable"] if "roce tos" in u["what"]]
+    rc, applied = program(tmp_path, "--apply-json", config)
+    assert "eth1 roce tos" in applied["applied"], applied
+    assert (tmp_path / "sys/kernel/config/rdma_cm/rxe_eth1/ports/1/default_roce_tos").read_text() == "104"
