@@ -534,6 +534,55 @@ def test_where_mlnx_qos_is_installed_it_is_used_and_dcb_is_not(tmp_path):
     assert dcb_calls(state) == []
 
 
+def remapped(tmp_path: pathlib.Path, dscp: int, prio: int) -> str:
+    """A state file of a port trusting DSCP whose map sends `dscp` elsewhere: the default sample (dcb 6.5+ form) with
+    that one entry changed, as a switch team's map or a half-done `dcb app add` leaves it."""
+    entries = json.loads((DCB_SAMPLES / "dcb-app-dscp-prio-default.json").read_text())["dscp_prio"]
+    changed = tmp_path / "dcb-app-remapped.json"
+    changed.write_text(json.dumps({"dscp_prio": [[d, prio if d == dscp else p, x] for d, p, x in entries]}, separators=(",", ":")) + "\n")
+    return str(changed)
+
+
+def test_inbox_mlx5_trusting_dscp_with_the_storage_dscp_elsewhere_is_remapped_with_dcb(tmp_path):
+    """Audit: trust read as dscp from any DSCP entry, the map never read: DSCP 26 (NFS over RDMA's) on priority 0, PFC
+    on 3, and every check passed while the storage traffic ran on a priority without PFC. Now that entry differs and
+    one `dcb app add` sets it (mlx5 keeps one priority per DSCP); the rest of the map is left as the port has it."""
+    root, tool = sample(tmp_path, "inbox-mlx5")
+    state = tmp_path / "dcb-state"
+    with_dcb(tmp_path, app=None, pfc="dcb-pfc-prio-pfc-3.json")
+    shutil.copy(remapped(tmp_path, 26, 0), state / "app-ens1f0np0.json")
+    _, report = program((root, tool), "--check-json", inbox_vast())
+    qos = [c for c in report["changes"] if " qos" in c["what"]]
+    assert [(c["what"], c["current"], c["wanted"], c["apply"]) for c in qos] == [
+        ("ens1f0np0 qos dscp 26", 0, 3, ["dcb", "app", "add", "dev", "ens1f0np0", "dscp-prio", "26:3"])]
+    assert "goes to priority 0" in qos[0]["note"]
+    _, applied = program((root, tool), "--apply-json", inbox_vast())
+    assert "ens1f0np0 qos dscp 26" in applied["applied"] and not [f for f in applied["failed"] if " qos" in f["what"]]
+    assert json.loads((state / "app-ens1f0np0.json").read_text()) == json.loads((DCB_SAMPLES / "dcb-app-dscp-prio-default.json").read_text())
+    _, again = program((root, tool), "--check-json", inbox_vast())
+    assert not [c for c in again["changes"] if " qos" in c["what"]]
+    # without a ToS of its own (hicache_nic_roce_dscp null) the map is not the toolkit's to judge
+    _, untouched = program((root, tool), "--check-json", {**inbox_vast(), "roce_tos": None})
+    assert not [c for c in untouched["changes"] if " qos" in c["what"]]
+
+
+def test_mlnx_qos_trusting_dscp_with_the_storage_dscp_elsewhere_is_remapped(tmp_path):
+    """The same through mlnx_qos: its dscp2prio lines (mlnx-tools python/Python/dcbnetlink.py printAppSelector: per
+    priority "\\tprio:<p> dscp:" and up to eight two-digit DSCPs a line) read, and `--dscp2prio set,26,3` set."""
+    root, tool = sample(tmp_path, "inbox-mlx5")
+    lines = {p: [d for d in range(64) if (0 if d == 26 else d >> 3) == p] for p in range(8)}
+    dscp_map = "".join(f"\\tprio:{p} dscp:{''.join(f'{d:02d},' for d in chunk)}\\n"
+                       for p, ds in lines.items() for chunk in (ds[i:i + 8] for i in range(0, len(ds), 8)))
+    text = ("DCBX mode: OS controlled\\nPriority trust state: dscp\\ndscp2prio mapping:\\n" + dscp_map + "Cable len: 7\\nPFC configuration:\\n"
+            "\\tpriority    0   1   2   3   4   5   6   7\\n\\tenabled     0   0   0   1   0   0   0   0   \\n")
+    mlnx_qos = python_only(tmp_path) / "mlnx_qos"
+    mlnx_qos.write_text(f"#!/bin/sh\nprintf '{text}'\n")
+    mlnx_qos.chmod(0o755)
+    _, report = program((root, tool), "--check-json", inbox_vast())
+    qos = [(c["what"], c["current"], c["wanted"], c["apply"]) for c in report["changes"] if " qos" in c["what"]]
+    assert qos == [("ens1f0np0 qos dscp 26", 0, 3, ["mlnx_qos", "-i", "ens1f0np0", "--dscp2prio", "set,26,3"])], report["changes"]
+
+
 def test_with_ofed_a_missing_mlnx_qos_is_a_broken_install_and_fails(tmp_path):
     root, tool = sample(tmp_path, "ofed-mlx5")
     _, report = program((root, tool), "--check-json", routed())
