@@ -53,6 +53,20 @@ def test_a_router_named_only_by_validate_before_a_stopped_rollout_is_not_run():
     assert collector.hosts["router-1"].status == "not run"
 
 
+def test_a_gap_keeps_whether_the_host_was_read_and_why_it_is_tolerated():
+    """hicache_gap's hicache_gap_outcome reaches the host's gaps (verify tells a tolerated failure from a check not
+    made by it); a gap of a module that says neither (hicache_kernel_values) is a check not made under hicache_strict."""
+    collector = _Collector(None)
+    collector(play("deploy", "all"))
+    collector({"event": "runner_on_ok", "event_data": {"host": "gpu-1", "task": "Report a ToS", "res": {
+        "hicache_gaps": ["eth0 roce tos: set, not yet in effect"], "hicache_gap_outcome": {"checked": True, "why_tolerated": "its fix stops the server"}}}})
+    collector({"event": "runner_on_ok", "event_data": {"host": "gpu-1", "task": "Set the values", "res": {"hicache_gaps": ["vm.x: read-only"]}}})
+    tos, values = collector.hosts["gpu-1"].gaps
+    assert (tos.task, tos.reason, tos.checked, tos.why_tolerated) == ("Report a ToS", "eth0 roce tos: set, not yet in effect", True, "its fix stops the server")
+    assert (values.checked, values.why_tolerated) == (False, "hicache_strict is false")
+    assert tos.as_dict() == {"task": "Report a ToS", "reason": "eth0 roce tos: set, not yet in effect"}  # the JSON shape kept
+
+
 def test_a_failed_loop_item_is_named_in_the_reason():
     collector = _Collector(None)
     collector(play("deploy", "all"))

@@ -157,8 +157,10 @@ def verify_verdict(outcomes: Mapping[str, Any], l3: bool) -> dict[str, Any]:
             hosts[host] = {"ok": False, "status": outcome.status if outcome.status != "ok" else "failed", "error": why, "checks": []}
             code = common.EXIT_NOT_CHECKED  # whatever the others
             continue
-        gaps = [{"check": gap.task, "status": verify.NOT_CHECKED, "detail": gap.reason, "cause": "tolerated: hicache_strict is false"}
-                for gap in outcome.gaps]
+        # A tolerated gap: a check not made (the host cannot tell or cannot do it), or one made and not met (`checked`: a
+        # ToS set but not in effect), a failure the role tolerates; either way the host is degraded, never passed.
+        gaps = [{"check": gap.task, "status": verify.FAIL if gap.checked else verify.NOT_CHECKED, "detail": gap.reason,
+                 "cause": f"tolerated: {gap.why_tolerated}"} for gap in outcome.gaps]
         # What a role's checks could not see (the NFS client's pNFS layout, a NIC setting the inventory leaves): not checked,
         # said so in the table and counted, not a gap the inventory tolerates (the host is not degraded by it).
         unseen = [{"check": note.task, "status": verify.NOT_CHECKED, "detail": note.text[len(NOT_CHECKED_NOTE):].lstrip(": ").removeprefix("on "),
@@ -173,6 +175,9 @@ def verify_verdict(outcomes: Mapping[str, Any], l3: bool) -> dict[str, Any]:
     lines += [f"{host}: {c['check']}: {c['cause']}" for host, r in hosts.items() for c in r["checks"] if c["status"] == verify.FAIL and c["cause"]]
     unchecked = sum(c["status"] == verify.NOT_CHECKED for r in hosts.values() for c in r["checks"])
     degraded = sorted(h for h, r in hosts.items() if r.get("status") == "degraded")
+    tolerated = sum(c["status"] == verify.FAIL for r in hosts.values() if r.get("status") == "degraded" for c in r["checks"])
+    said = ([f"{unchecked} check(s) not made"] if unchecked else []) + ([f"{tolerated} failure(s) tolerated"] if tolerated else [])
+    said += [f"degraded: {', '.join(degraded)}"] if degraded and said else []
     lines.append("verify: " + ("FAILED" if code != common.EXIT_OK else "passed, DEGRADED" if degraded else "passed")
-                 + (f" ({unchecked} check(s) not made" + (f"; degraded: {', '.join(degraded)}" if degraded else "") + ")" if unchecked else ""))
+                 + (f" ({'; '.join(said)})" if said else ""))
     return {"exit_code": code, "hosts": hosts, "lines": lines}

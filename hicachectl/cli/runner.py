@@ -33,6 +33,10 @@ class Record:
     task: str
     reason: str
     item: str | None = None
+    # a gap only (hicache_gap's hicache_gap_outcome): the state was read and does not meet the request (else the check
+    # could not be made), and why it is tolerated
+    checked: bool = False
+    why_tolerated: str = "hicache_strict is false"
 
     def __str__(self) -> str:
         return f"{self.task} ({self.item}): {self.reason}" if self.item else f"{self.task}: {self.reason}"
@@ -183,8 +187,10 @@ class _Collector:
         elif host_name and kind in ("runner_on_ok", "runner_item_on_ok"):
             if res.get("hicache_note"):
                 self.host(host_name).notes.append(Note(task, str(res["hicache_note"])))
+            outcome = res.get("hicache_gap_outcome") if isinstance(res.get("hicache_gap_outcome"), dict) else {}
             for gap in res.get("hicache_gaps") or []:
-                self.host(host_name).gaps.append(Record(task, str(gap)))
+                self.host(host_name).gaps.append(Record(task, str(gap), checked=bool(outcome.get("checked")),
+                                                        why_tolerated=str(outcome.get("why_tolerated") or "hicache_strict is false")))
             if isinstance(res.get("ansible_facts"), dict):
                 self.host(host_name).facts.update(res["ansible_facts"])
             if res.get("changed") and "results" not in res:

@@ -4,7 +4,10 @@ Under `strict` (hicache_strict, the default) the task fails with the reason. Oth
 tolerates the gap: the task reports ok without a change, the reason travels in `hicache_gaps` (hicachectl
 shows the host as *degraded*, never ok) and as a warning (plain ansible-playbook shows it). A gap is never a
 skip: skipped means "not asked for". With `tolerated: false` the host could have done it and did not: the
-task fails whatever `strict` says, so one task covers both cases of a check.
+task fails whatever `strict` says, so one task covers both cases of a check. `why_tolerated` says why a gap the
+role always tolerates (strict: false whatever hicache_strict says) is tolerated, and `checked` that the host's state
+was read and does not meet the request (hicachectl verify shows that check as failed and tolerated, not as a check
+not made).
 """
 
 from __future__ import annotations
@@ -27,4 +30,7 @@ class ActionModule(ActionBase):
             return {"failed": True, "changed": False, "msg": reason}
         if boolean(self._task.args["strict"], strict=False):
             return {"failed": True, "changed": False, "msg": reason, "hicache_gaps": [reason]}
-        return {"changed": False, "msg": reason, "hicache_gaps": [reason], "warnings": [f"degraded (hicache_strict is false): {reason}"]}
+        why = str(self._task.args.get("why_tolerated") or "hicache_strict is false").strip()
+        checked = boolean(self._task.args.get("checked", False), strict=False)
+        return {"changed": False, "msg": reason, "hicache_gaps": [reason], "hicache_gap_outcome": {"checked": checked, "why_tolerated": why},
+                "warnings": [f"degraded ({why}): {reason}"]}

@@ -33,6 +33,19 @@ options:
         whatever O(strict) says, so one task says both "cannot here" (a gap) and "failed" (not a gap), with no task pair.
     type: bool
     default: true
+  why_tolerated:
+    description:
+      - Why the gap is tolerated, for a gap the role tolerates whatever C(hicache_strict) says (O(strict) false), e.g. a
+        driver with no interface for the setting. Said in the warning and by hicachectl verify.
+    type: str
+    default: hicache_strict is false
+  checked:
+    description:
+      - True when the host's state was read and does not meet the request (a tolerated failure, e.g. a ToS set but not in
+        effect); false when the host cannot tell or cannot do it (a check not made). hicachectl verify shows the first as
+        failed, the second as not checked; either leaves the host degraded.
+    type: bool
+    default: false
 notes:
   - Runs the same in check mode.
 author: hicache-deploy developers (@hicache-deploy)
@@ -64,4 +77,9 @@ hicache_gaps:
   returned: when O(reason) is not empty
   type: list
   elements: str
+hicache_gap_outcome:
+  description: How a tolerated gap reads (O(checked), O(why_tolerated)).
+  returned: when the gap is tolerated
+  type: dict
+  sample: {"checked": false, "why_tolerated": "hicache_strict is false"}
 """

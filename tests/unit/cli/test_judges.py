@@ -131,6 +131,19 @@ def test_verify_a_tolerated_gap_is_a_check_not_made_and_the_host_degraded():
     assert verdict["lines"][-1] == "verify: passed, DEGRADED (1 check(s) not made; degraded: a)"
 
 
+def test_verify_a_tolerated_gap_that_was_checked_is_a_tolerated_failure_and_the_host_degraded():
+    """A ToS set but not in effect was read and does not meet the inventory: a failed check the role tolerates, with
+    why, not a check not made, nor "hicache_strict is false" on a strict host."""
+    gap = Record("Report a ToS set but not yet in effect on the L3 mount", "eth0 roce tos: set, not yet in effect on /mnt/l3",
+                 checked=True, why_tolerated="its fix interrupts the server on it")
+    verdict = cli_observe.verify_verdict({"a": outcome("a", PASSED, gaps=[gap])}, l3=False)
+    assert verdict["exit_code"] == 0 and verdict["hosts"]["a"]["status"] == "degraded"
+    assert verdict["hosts"]["a"]["checks"][0] == {"check": gap.task, "status": "fail", "detail": gap.reason,
+                                                  "cause": "tolerated: its fix interrupts the server on it"}
+    assert verdict["lines"][-1] == "verify: passed, DEGRADED (1 failure(s) tolerated; degraded: a)"
+    assert f"a: {gap.task}: tolerated: its fix interrupts the server on it" in verdict["lines"]
+
+
 def test_verify_says_what_a_roles_checks_could_not_see_as_not_checked_without_degrading_the_host():
     notes = [Note("Say what the NFS client does not show (not checked)", "not checked on /mnt/kvcache: which layout the pNFS client uses"),
              Note("Restart the server", "restarted: the config changed")]  # a note that is not about a check stays out

@@ -164,3 +164,30 @@ def test_one_check_task_is_a_gap_or_a_failure(tmp_path, strict, tolerated, faile
     assert (proc.returncode != 0) == failed, proc.stdout
     assert "nothing is mounted at /mnt/x" in proc.stdout + proc.stderr
     assert ("degraded (hicache_strict is false)" in proc.stdout + proc.stderr) == (not failed)
+
+
+def test_a_gap_the_role_always_tolerates_says_why_and_whether_the_host_was_read(tmp_path):
+    """A driver gap or a ToS not in effect is tolerated whatever hicache_strict says: the warning says why, not
+    "hicache_strict is false", and the result tells hicachectl a check made and not met from a check not made."""
+    (tmp_path / "gap.yml").write_text("""
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  tasks:
+    - name: Check it
+      hicache.deploy.hicache_gap:
+        reason: "eth0 roce tos: set, not yet in effect on /mnt/x"
+        strict: false
+        checked: true
+        why_tolerated: its fix interrupts the server
+      register: gap
+    - name: Show it
+      ansible.builtin.debug:
+        msg: "outcome {{ gap.hicache_gap_outcome | to_json }}"
+""")
+    proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", "localhost,", str(tmp_path / "gap.yml")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
+    assert proc.returncode == 0, proc.stdout
+    said = " ".join((proc.stdout + proc.stderr).split())
+    assert "degraded (its fix interrupts the server): eth0 roce tos" in said and "hicache_strict is false" not in said
+    assert 'outcome {"checked": true, "why_tolerated": "its fix interrupts the server"}' in proc.stdout.replace('\\"', '"')
