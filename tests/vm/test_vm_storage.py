@@ -239,6 +239,8 @@ def test_after_the_reboot_the_named_ports_mtu_is_back_from_the_boot_unit(bed):
     assert result[:2] == ["active", "success"] or "success" in result, result
     order = vm.ssh("systemctl show -p Before,After --value hicache-nic-tuning.service").stdout
     assert "network-pre.target" in order, order
+    # after configfs, where the RDMA-CM default ToS lives (the unit's After=, as systemd loaded it)
+    assert "sys-kernel-config.mount" in order.split(), order
 
 
 def test_a_netapp_shaped_host_mounts_nfs_4_1_over_rdma_with_everything_in_effect_on_the_first_run(bed):
