@@ -153,6 +153,10 @@ def print_findings(inv, findings) -> None:
         say(finding.format(inv.name, hosts))
 
 
+class Finished(typer.Exit):
+    """A command's end after its report (finish): its exit code is the report's, not a usage error's."""
+
+
 def finish(code: int, json: bool, payload, text: Iterable[str] = ()) -> NoReturn:
     """The one way a command ends: with --json its payload on stdout, else its text; then its exit code."""
     from hicachectl.formats import report
@@ -162,7 +166,7 @@ def finish(code: int, json: bool, payload, text: Iterable[str] = ()) -> NoReturn
     else:
         for line in text:
             typer.echo(line)
-    raise typer.Exit(code)
+    raise Finished(code)
 
 
 def progress(host: str, task: str, status: str) -> None:

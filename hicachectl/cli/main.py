@@ -42,7 +42,7 @@ CHECK_COMMANDS = ("doctor", "verify", "status")
 PLAN_EXIT_CODES = {
     EXIT_OK: "nothing to change on any host",
     EXIT_INVALID: "an error (as for every command), or a change `deploy` would refuse (a downgrade without `--allow-downgrade`)",
-    EXIT_USAGE: "changes pending (or a usage error, as for every command)",
+    EXIT_USAGE: "changes pending (never an error: with this option an unreadable inventory or vault file exits 1)",
 }
 
 

@@ -28,8 +28,17 @@ def plan(inventory: str = common.InventoryOpt, limit: str | None = common.LimitO
                                                 "are pending, 1 on an error or a change deploy would refuse (for CI to gate on).")) -> None:
     """Dry run: what a deploy would change on each host (Ansible check mode), hosts with the same changes said once;
     --diff shows each change's content (--json always holds it). Changes nothing."""
-    cli_change.run_and_report("site.yml", inventory, limit, json, check=True, show_diff=diff, verb="would change",
-                              detailed_exitcode=detailed_exitcode)
+    try:
+        cli_change.run_and_report("site.yml", inventory, limit, json, check=True, show_diff=diff, verb="would change",
+                                  detailed_exitcode=detailed_exitcode)
+    except common.Finished:
+        raise
+    except typer.Exit as stop:
+        # With --detailed-exitcode, 2 means changes pending: an error before the plan (an inventory or a vault password
+        # file that cannot be read) exits 1, as Terraform's plan -detailed-exitcode does.
+        if detailed_exitcode and stop.exit_code == common.EXIT_USAGE:
+            raise typer.Exit(common.EXIT_INVALID) from stop
+        raise
 
 
 @common.with_vault

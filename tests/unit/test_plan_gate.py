@@ -59,3 +59,14 @@ def test_no_host_list_goes_through_a_set_based_filter():
              for n, line in enumerate(path.read_text().splitlines(), 1)
              if re.search(r"\|\s*(difference|union|intersect|symmetric_difference)\b", line)]
     assert found == [], found
+
+
+def test_with_the_flag_an_error_before_the_plan_is_1_never_the_2_of_pending_changes(tmp_path):
+    """An operator's try: an inventory that does not exist, or a vault password file that does not, exited 2 ("changes
+    pending") under --detailed-exitcode, and docs/operations.md's gate then deployed. Without the flag: 2 (usage)."""
+    from support import cli
+
+    missing = str(tmp_path / "nosuchinv")
+    assert cli("plan", "-i", missing, "--detailed-exitcode").returncode == 1
+    assert cli("plan", "-i", "local", "--vault-password-file", str(tmp_path / "nofile"), "--detailed-exitcode").returncode == 1
+    assert cli("plan", "-i", missing).returncode == 2
