@@ -190,7 +190,7 @@ class _Collector:
             outcome = res.get("hicache_gap_outcome") if isinstance(res.get("hicache_gap_outcome"), dict) else {}
             for gap in res.get("hicache_gaps") or []:
                 self.host(host_name).gaps.append(Record(task, str(gap), checked=bool(outcome.get("checked")),
-                                                        why_tolerated=str(outcome.get("why_tolerated") or "hicache_strict is false")))
+                                                        why_tolerated=str(outcome.get("why_tolerated") or Record.why_tolerated)))
             if isinstance(res.get("ansible_facts"), dict):
                 self.host(host_name).facts.update(res["ansible_facts"])
             if res.get("changed") and "results" not in res:

@@ -142,12 +142,13 @@ def test_the_file_module_writes_once_keeps_a_backup_and_changes_nothing_in_check
     assert (tmp_path / "etc/a.conf").read_text() == "a\n"  # check mode wrote nothing
 
 
-GAP_PLAYBOOK = """
+LOCAL_PLAY = """
 - hosts: localhost
   connection: local
   gather_facts: false
   tasks:
-    - name: Check it
+"""
+GAP_PLAYBOOK = LOCAL_PLAY + """    - name: Check it
       hicache.deploy.hicache_gap:
         reason: "{{ reason }}"
         strict: "{{ strict }}"
@@ -155,12 +156,16 @@ GAP_PLAYBOOK = """
 """
 
 
+def gap_play(tmp_path, playbook: str, *args: str) -> subprocess.CompletedProcess:
+    """`playbook` (hicache_gap tasks on localhost) run by the real ansible-playbook with the project's configuration."""
+    (tmp_path / "gap.yml").write_text(playbook)
+    return subprocess.run([ANSIBLE_PLAYBOOK, "-i", "localhost,", str(tmp_path / "gap.yml"), *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
+
+
 @pytest.mark.parametrize("strict, tolerated, failed", [(False, True, False), (True, True, True), (False, False, True)])
 def test_one_check_task_is_a_gap_or_a_failure(tmp_path, strict, tolerated, failed):
-    (tmp_path / "gap.yml").write_text(GAP_PLAYBOOK)
-    proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", "localhost,", str(tmp_path / "gap.yml"), "-e",
-                           json.dumps({"reason": "nothing is mounted at /mnt/x", "strict": strict, "tolerated": tolerated})],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
+    proc = gap_play(tmp_path, GAP_PLAYBOOK, "-e", json.dumps({"reason": "nothing is mounted at /mnt/x", "strict": strict, "tolerated": tolerated}))
     assert (proc.returncode != 0) == failed, proc.stdout
     assert "nothing is mounted at /mnt/x" in proc.stdout + proc.stderr
     assert ("degraded (hicache_strict is false)" in proc.stdout + proc.stderr) == (not failed)
@@ -169,12 +174,7 @@ def test_one_check_task_is_a_gap_or_a_failure(tmp_path, strict, tolerated, faile
 def test_a_gap_the_role_always_tolerates_says_why_and_whether_the_host_was_read(tmp_path):
     """A driver gap or a ToS not in effect is tolerated whatever hicache_strict says: the warning says why, not
     "hicache_strict is false", and the result tells hicachectl a check made and not met from a check not made."""
-    (tmp_path / "gap.yml").write_text("""
-- hosts: localhost
-  connection: local
-  gather_facts: false
-  tasks:
-    - name: Check it
+    proc = gap_play(tmp_path, LOCAL_PLAY + """    - name: Check it
       hicache.deploy.hicache_gap:
         reason: "eth0 roce tos: set, not yet in effect on /mnt/x"
         strict: false
@@ -185,8 +185,6 @@ def test_a_gap_the_role_always_tolerates_says_why_and_whether_the_host_was_read(
       ansible.builtin.debug:
         msg: "outcome {{ gap.hicache_gap_outcome | to_json }}"
 """)
-    proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", "localhost,", str(tmp_path / "gap.yml")], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
     assert proc.returncode == 0, proc.stdout
     said = " ".join((proc.stdout + proc.stderr).split())
     assert "degraded (its fix interrupts the server): eth0 roce tos" in said and "hicache_strict is false" not in said
