@@ -109,3 +109,12 @@ def fallback_pattern() -> str:
     pattern = _find(yaml.safe_load(SERVICE.read_text()), "__hicache_server_uring_failure")
     assert isinstance(pattern, str), "service.yml names its fallback pattern __hicache_server_uring_failure"
     return pattern
+
+
+# proc(5): /proc/<pid>/limits, laid out as the kernel prints it (fs/proc/base.c proc_pid_limits, "%-25s %-20s %-20s
+# %-10s" rows under a header of the same widths), with the given memlock.
+def proc_limits(memlock_soft: str = "8388608", memlock_hard: str = "8388608") -> str:
+    rows = [("Limit", "Soft Limit", "Hard Limit", "Units"), ("Max cpu time", "unlimited", "unlimited", "seconds"),
+            ("Max stack size", "8388608", "unlimited", "bytes"), ("Max open files", "1048576", "1048576", "files"),
+            ("Max locked memory", memlock_soft, memlock_hard, "bytes"), ("Max nice priority", "0", "0", "")]
+    return "".join(f"{name:<25} {soft:<20} {hard:<20} {units:<10}\n" for name, soft, hard, units in rows)

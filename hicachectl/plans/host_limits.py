@@ -99,15 +99,18 @@ def sysctl_conf(d: Deployment) -> str | None:
     return "# Managed by hicache-deploy.\n" + "".join(f"{_field(k)} = {_field(v)}\n" for k, v in d.host_sysctls.items())
 
 
-def runtime_unit_findings(plan: dict, lines: list[str]) -> list[dict]:
-    """What the runtime units' memlock says, from read.yml's lines (name|LoadState|MainPID|LimitMEMLOCK|running soft|
-    running hard) and the role's plan (LimitsPlan as a fact): one finding per unit that is not as wanted, each
-    {unit, reason, tolerated, stale, note}. `stale`: the unit runs without the limit (its process started before the
-    drop-in), so a restart would give it; a failure when the role may restart it (it should have), else a gap, or only
-    a `note` where the server's container sets its own memlock (server_sets_memlock)."""
+def runtime_unit_findings(plan: dict, units: dict[str, dict]) -> list[dict]:
+    """What the runtime units' memlock says, from the host facts' `units` (hicache_host_facts: each unit's LoadState,
+    MainPID, LimitMEMLOCK and, while it runs, the text of its /proc/<MainPID>/limits) and the role's plan (LimitsPlan
+    as a fact): one finding per unit of the plan's `services` that is not as wanted, each {unit, reason, tolerated,
+    stale, note}. `stale`: the unit runs without the limit (its process started before the drop-in), so a restart
+    would give it; a failure when the role may restart it (it should have), else a gap, or only a `note` where the
+    server's container sets its own memlock (server_sets_memlock). A unit the facts do not hold is not installed."""
     findings = []
-    for line in lines:
-        unit, load, pid, configured, soft, hard = line.split("|")
+    for unit in plan["services"]:
+        properties = units.get(unit) or {}
+        load, pid, configured = properties.get("LoadState", ""), properties.get("MainPID", "0"), properties.get("LimitMEMLOCK", "")
+        soft, hard = parse_limits(properties.get("limits", "")).get(LIMIT_NAMES["memlock"], ("", ""))
         if load != "loaded":
             findings.append({"unit": unit, "stale": False, "tolerated": True, "note": False,
                              "reason": f"{unit} is not installed on this host, so its LimitMEMLOCK cannot be checked (the drop-in applies once it is)"})

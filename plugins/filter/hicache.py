@@ -99,7 +99,7 @@ def hicache_host_reads(hostvars, host):
         reads["files"] += [f"{server.cfg_dir}/{sglang_server.DEPLOYED}", f"{server.cfg_dir}/{sglang_server.INSTALLED}", l3_collector.CONFIG_FILE]
     limited, findings = rules.check_host(host, variables, "host_limits")
     if not rules.has_errors(findings) and host_limits.runtime_service(limited):
-        reads["units"].append(host_limits.runtime_service(limited))
+        reads["units"] += host_limits.runtime_services(limited)  # each unit a container inherits memlock from
     return reads
 
 
@@ -167,10 +167,10 @@ def hicache_model(variables, host, facts=None):
     return as_fact(model.model_plan(_deployment(variables, host, role="model"), _plain_or_none(facts)))
 
 
-def hicache_limits_findings(lines, plan):
-    """The runtime units' memlock judged (host_limits.runtime_unit_findings), from read.yml's lines."""
+def hicache_limits_findings(units, plan):
+    """The runtime units' memlock judged (host_limits.runtime_unit_findings), from the host facts' `units`."""
     _core()
-    return host_limits.runtime_unit_findings(plan, list(lines or []))
+    return host_limits.runtime_unit_findings(plan, _plain_or_none(units) or {})
 
 
 def hicache_mount_state(mountinfo_text, plan, vastnfs_version=None, mountstats_text=None, rpc_clnt_stats_text=None):

@@ -128,9 +128,11 @@ hicache_host:
       description: The text of each file of O(read_files), or null when it does not exist.
       type: dict
     units:
-      description: For each unit of O(units), its C(LoadState) and C(LimitMEMLOCK) as systemctl shows them.
+      description:
+        - For each unit of O(units), its C(LoadState), C(LimitMEMLOCK) and C(MainPID) as systemctl shows them, and, while
+          it runs, C(limits), the text of its C(/proc/<MainPID>/limits) (what its children inherit now).
       type: dict
-      sample: {docker.service: {LoadState: loaded, LimitMEMLOCK: infinity}}
+      sample: {docker.service: {LoadState: loaded, LimitMEMLOCK: infinity, MainPID: "812", limits: "Limit  Soft Limit ..."}}
     fstab_hicache_block:
       description: Whether /etc/fstab holds the block the storage role writes (C(# BEGIN hicache-deploy L3 tier)).
       type: bool
@@ -337,12 +339,20 @@ def free_gb(path):
 
 
 def unit_properties(module, units, systemd):
-    """LoadState and LimitMEMLOCK of each unit (systemctl show), {} without systemd."""
+    """LoadState, LimitMEMLOCK and MainPID of each unit (systemctl show) and, while it runs, the text of its process's
+    /proc/<pid>/limits (judged on the controller: hicachectl/plans/host_limits.py parse_limits); {} without systemd."""
     systemctl = module.get_bin_path("systemctl") if systemd else None
     found = {}
     for unit in units if systemctl else ():
-        rc, out, dummy = module.run_command([systemctl, "show", "-p", "LoadState,LimitMEMLOCK", unit])
+        rc, out, dummy = module.run_command([systemctl, "show", "-p", "LoadState,LimitMEMLOCK,MainPID", unit])
         found[unit] = dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if rc == 0 else {}
+        pid = found[unit].get("MainPID", "0")
+        if pid.isdigit() and int(pid) > 0:
+            try:
+                with open(f"/proc/{pid}/limits", encoding="utf-8") as limits:
+                    found[unit]["limits"] = limits.read()
+            except OSError:  # the process ended between the two reads
+                pass
     return found
 
 

@@ -10,16 +10,15 @@ Docker 20.10 in a VM; here the plan and the role's check are tested on this mach
 
 from __future__ import annotations
 
-import json
+import importlib.util
 import os
 import pathlib
 import subprocess
 import sys
-import textwrap
 
 import pytest
 import yaml
-from helpers import deployment
+from helpers import deployment, proc_limits
 from support import ROOT
 
 from hicachectl.plans import container_runtime, host_limits
@@ -76,42 +75,40 @@ def test_the_runtime_units_findings_are_judged_once_for_the_check_and_the_restar
     """apply.yml restarts the `stale` units; checks.yml reports every finding: both read host_limits.runtime_unit_findings."""
     plan = as_fact(host_limits.limits_plan(deployment("vast", container_runtime="docker", limits_memlock="unlimited",
                                                       limits_restart_runtime=True)))
-    lines = ["docker.service|loaded|41|infinity|unlimited|unlimited", "containerd.service|loaded|42|infinity|8388608|8388608",
-             "other.service|not-found|0|||", "stopped.service|loaded|0|infinity||", "wrong.service|loaded|0|8388608||"]
-    found = {f["unit"]: f for f in host_limits.runtime_unit_findings(plan, lines)}
+    def unit(load, pid, configured, soft="", hard=""):
+        properties = {"LoadState": load, "MainPID": str(pid), "LimitMEMLOCK": configured}
+        if soft:  # the unit runs: its process's /proc/<pid>/limits as the host facts hold it
+            properties["limits"] = proc_limits(soft, hard)
+        return properties
+
+    units = {"docker.service": unit("loaded", 41, "infinity", "unlimited", "unlimited"),
+             "containerd.service": unit("loaded", 42, "infinity", "8388608", "8388608"),
+             "other.service": unit("not-found", 0, ""), "stopped.service": unit("loaded", 0, "infinity"),
+             "wrong.service": unit("loaded", 0, "8388608"), "not-asked.service": unit("loaded", 0, "8388608")}
+    plan["services"] = [u for u in units if u != "not-asked.service"]  # only the plan's units are judged
+    found = {f["unit"]: f for f in host_limits.runtime_unit_findings(plan, units)}
     assert set(found) == {"containerd.service", "other.service", "wrong.service"}
     assert found["containerd.service"]["stale"] and not found["containerd.service"]["tolerated"]  # the role may restart it
     assert found["other.service"]["tolerated"] and not found["other.service"]["stale"]
     assert found["wrong.service"]["reason"] == "wrong.service: LimitMEMLOCK=8388608, wanted infinity"
     plan["restart"] = False
-    assert host_limits.runtime_unit_findings(plan, lines[1:2])[0]["tolerated"]  # a gap: it gets the limit at its next start
-    assert host_limits.runtime_unit_findings(plan, lines[1:2])[0]["note"]  # the vast profile's run line has --ulimit memlock=-1
+    plan["services"] = ["containerd.service"]
+    assert host_limits.runtime_unit_findings(plan, units)[0]["tolerated"]  # a gap: it gets the limit at its next start
+    assert host_limits.runtime_unit_findings(plan, units)[0]["note"]  # the vast profile's run line has --ulimit memlock=-1
+    # a unit the host facts do not hold (no systemd answer for it) is not installed, as systemctl's not-found
+    assert host_limits.runtime_unit_findings(plan, {})[0]["reason"].startswith("containerd.service is not installed")
     assert host_limits.limits_plan(deployment("vast", container_runtime="docker")).server_sets_memlock
     assert not host_limits.limits_plan(deployment("vast", container_runtime="docker", container_ulimits={"stack": 67108864})).server_sets_memlock
     assert not host_limits.limits_plan(deployment("vast", container_runtime="none", cache_container_dir=None, model_dir=None)).server_sets_memlock
 
 
 # -- the role's check, against real processes ------------------------------------------------------------------------
-# A stand-in for `systemctl show -p NAME --value UNIT` (the only call the check makes), answering from a JSON file of
-# unit -> properties; the MainPIDs are real processes started by the test with a known memlock.
-SYSTEMCTL_STANDIN = textwrap.dedent("""\
-    #!/usr/bin/env python3
-    # Test stand-in for systemctl (tests/unit/plans/test_host_limits.py): `show -p NAME --value UNIT` from $HICACHE_TEST_UNITS.
-    import json, os, sys
-    args = sys.argv[1:]
-    assert args[0] == "show" and args[1] == "-p" and args[3] == "--value", args
-    print(json.load(open(os.environ["HICACHE_TEST_UNITS"])).get(args[4], {}).get(args[2], ""))
-    """)
-
-
+# The host facts' units as hicache_host_facts reads them (test_the_host_facts_read_each_units_running_limits below):
+# the MainPIDs are real processes started by the test with a known memlock, their /proc/<pid>/limits read here.
 @pytest.fixture
 def units(tmp_path):
     """Run the role's checks.yml on this machine with the given units; returns (returncode, output)."""
     started = []
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "systemctl").write_text(SYSTEMCTL_STANDIN)
-    (bindir / "systemctl").chmod(0o755)
 
     def process_with_memlock(bytes_: int) -> int:
         proc = subprocess.Popen(["prlimit", f"--memlock={bytes_}:{bytes_}", "sleep", "120"])
@@ -123,7 +120,6 @@ def units(tmp_path):
         return proc.pid
 
     def run(unit_properties: dict, memlock_kib: str, restart: bool = False, ulimits: dict | None = None):
-        (tmp_path / "units.json").write_text(json.dumps(unit_properties))
         # By default the server's container sets no memlock of its own, so it inherits the runtime units' limit.
         d = deployment("vast", container_runtime="docker", limits_memlock=memlock_kib, limits_restart_runtime=restart, strict=False,
                        container_ulimits=ulimits if ulimits is not None else {"stack": 67108864})
@@ -131,8 +127,7 @@ def units(tmp_path):
                  "vars": {"ansible_python_interpreter": sys.executable, "hicache_facts": {"systemd": True, "units": unit_properties}, "__hicache_limits": as_fact(host_limits.limits_plan(d))},
                  "tasks": [{"ansible.builtin.import_tasks": str(ROOT / "roles/host_limits/tasks/checks.yml")}]}]
         (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
-        env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PATH": f"{bindir}:{os.environ['PATH']}",
-               "HICACHE_TEST_UNITS": str(tmp_path / "units.json"), "ANSIBLE_NOCOLOR": "1"}
+        env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
         proc = subprocess.run([ANSIBLE_PLAYBOOK, "-v", "-i", "localhost,", "-c", "local", str(tmp_path / "play.yml")],
                               capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
         return proc.returncode, proc.stdout + proc.stderr
@@ -145,7 +140,39 @@ def units(tmp_path):
 
 
 def loaded(pid: int, memlock: str) -> dict:
-    return {"LoadState": "loaded", "MainPID": str(pid), "LimitMEMLOCK": memlock}
+    """A unit as the host facts hold it: with its running process's limits while it runs."""
+    unit = {"LoadState": "loaded", "MainPID": str(pid), "LimitMEMLOCK": memlock}
+    if pid:
+        unit["limits"] = pathlib.Path(f"/proc/{pid}/limits").read_text()
+    return unit
+
+
+def test_the_host_facts_read_each_units_running_limits(units):
+    """hicache_host_facts' unit_properties: what `systemctl show` says of each unit and, while it runs, its process's
+    /proc/<pid>/limits, which the role's checks judge without reading the host again (read.yml's awk before)."""
+    spec = importlib.util.spec_from_file_location("hicache_host_facts", ROOT / "plugins/modules/hicache_host_facts.py")
+    facts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(facts)
+    running = units.process_with_memlock(8 * 1024 * 1024)
+    shown = {"containerd.service": f"LoadState=loaded\nLimitMEMLOCK=infinity\nMainPID={running}\n",
+             "docker.service": "LoadState=loaded\nLimitMEMLOCK=infinity\nMainPID=0\n", "gone.service": "LoadState=not-found\nMainPID=0\n"}
+
+    class Module:  # AnsibleModule's two calls: systemctl's path, and `systemctl show -p ... UNIT`
+        def get_bin_path(self, name):
+            return "/bin/systemctl"
+
+        def run_command(self, argv):
+            assert argv[:3] == ["/bin/systemctl", "show", "-p"] and set(argv[3].split(",")) == {"LoadState", "LimitMEMLOCK", "MainPID"}, argv
+            return 0, shown[argv[4]], ""
+
+    read = facts.unit_properties(Module(), list(shown), systemd=True)
+    assert read["containerd.service"]["limits"] == pathlib.Path(f"/proc/{running}/limits").read_text()
+    assert "limits" not in read["docker.service"] and read["gone.service"] == {"LoadState": "not-found", "MainPID": "0"}
+    assert facts.unit_properties(Module(), list(shown), systemd=False) == {}
+    plan = as_fact(host_limits.limits_plan(deployment("vast", container_runtime="docker", limits_memlock="unlimited")))
+    found = host_limits.runtime_unit_findings(plan, read)
+    assert [f["unit"] for f in found] == ["containerd.service"], found
+    assert f"containerd.service (pid {running}) runs with memlock 8388608/8388608 (soft/hard), wanted unlimited" in found[0]["reason"]
 
 
 def test_the_check_names_a_running_containerd_that_does_not_have_the_limit_yet(units):

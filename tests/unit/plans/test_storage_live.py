@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from helpers import deployment
+from helpers import deployment, proc_limits
 from support import ROOT
 
 from hicachectl.formats import portlist
@@ -57,14 +57,7 @@ def test_live_netapp_mount_matches_and_a_missing_one_is_reported():
     assert problems == ["proto=tcp, expected rdma", "port=2049, expected 20049"]
 
 
-# proc(5): /proc/<pid>/limits, laid out as the kernel prints it (fs/proc/base.c, "%-25s %-20s %-20s %-10s").
-def _limits_line(name, soft, hard, units):
-    return f"{name:<25} {soft:<20} {hard:<20} {units:<10}\n"
-
-
-LIMITS = (_limits_line("Limit", "Soft Limit", "Hard Limit", "Units") + _limits_line("Max cpu time", "unlimited", "unlimited", "seconds")
-          + _limits_line("Max stack size", "8388608", "unlimited", "bytes") + _limits_line("Max open files", "1048576", "1048576", "files")
-          + _limits_line("Max locked memory", "8388608", "8388608", "bytes") + _limits_line("Max nice priority", "0", "0", ""))
+LIMITS = proc_limits()
 
 
 def test_parse_limits_and_memlock_judgement():
@@ -72,8 +65,7 @@ def test_parse_limits_and_memlock_judgement():
     assert limits["Max locked memory"] == ("8388608", "8388608") and limits["Max nice priority"] == ("0", "0")
     assert not host_limits.memlock_ok(limits, "unlimited")
     assert host_limits.memlock_ok(limits, "8192") and not host_limits.memlock_ok(limits, "16384")
-    unlimited = LIMITS.replace(_limits_line("Max locked memory", "8388608", "8388608", "bytes"), _limits_line("Max locked memory", "unlimited", "unlimited", "bytes"))
-    assert host_limits.memlock_ok(host_limits.parse_limits(unlimited), "unlimited")
+    assert host_limits.memlock_ok(host_limits.parse_limits(proc_limits("unlimited", "unlimited")), "unlimited")
 
 
 ETHTOOL_G = """\
