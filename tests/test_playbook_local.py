@@ -78,6 +78,9 @@ def test_check_mode_reports_and_changes_nothing(base):
     assert not base.exists()
 
 
+STORAGE_FILES = "Create the L3 directory, persist the NFS client's tuning (nfsrahead, rpcrdma at boot) and the tier's kernel values"
+
+
 @pytest.mark.slow  # a whole site.yml run (10-25 s)
 def test_plan_shows_the_planned_files_and_touches_nothing(tmp_path, base):
     inventory = tmp_path / "inv"
@@ -96,7 +99,7 @@ def test_plan_shows_the_planned_files_and_touches_nothing(tmp_path, base):
     assert report["ok"] and report["check"] and host["status"] == "degraded" and host["changed"] > 0
     assert any(g["reason"].startswith("gpus: ") for g in host["gaps"]), host["gaps"]
     planned = {(c["task"], c["item"]) for c in host["changes"]}
-    assert {("Create the L3 directory", None), ("Create the config directory", None),
+    assert {(STORAGE_FILES, "L3 directory"), ("Create the config directory", None),
             ("Install start.sh, run.sh, serve.sh and the backend config", "start.sh"), ("Install start.sh, run.sh, serve.sh and the backend config", "run.sh")} <= planned
 
 
