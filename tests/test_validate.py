@@ -277,3 +277,55 @@ def test_with_routers_a_server_on_loopback_needs_a_worker_url_the_routers_reach(
     result = validate_here(inventory, "--json")
     assert result.exit_code == 1
     assert [(f["host"], f["rule"]) for f in json.loads(result.stdout)["findings"] if f["level"] == "error"] == [("gpu-a", "router-reach")]
+
+
+def _with_routers(inventory: pathlib.Path, routers: dict, **server_changes: dict) -> None:
+    hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
+    for host, changes in server_changes.items():
+        hosts["all"]["children"]["hicache_servers"]["hosts"][host.replace("_", "-")].update(changes)
+    hosts["all"]["children"]["hicache_routers"] = {"hosts": routers}
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+
+
+def _errors(inventory: pathlib.Path) -> list[tuple[str, str, str]]:
+    result = validate_here(inventory, "--json")
+    found = [(f["host"], f["variable"], f["rule"]) for f in json.loads(result.stdout)["findings"] if f["level"] == "error"]
+    assert (result.exit_code == 1) == bool(found), result.stdout
+    return found
+
+
+def test_with_routers_two_servers_behind_one_address_and_port_are_refused(tmp_path):
+    """Two machines behind one address (a NAT, containers: SSH on two ports) whose servers both listen on 30000 are one
+    worker URL: the router lists one worker and sends every request to it. Validated clean before (#34's audit)."""
+    inventory = make_inventory(tmp_path, {**VALID, "hicache_host": "0.0.0.0"})
+    _with_routers(inventory, {"router-1": {"ansible_host": "127.0.0.3", "ansible_user": "root"}},
+                  gpu_b={"ansible_host": "127.0.0.1", "ansible_port": 2222})
+    assert _errors(inventory) == [("gpu-a", "hicache_worker_url", "worker-url-shared"), ("gpu-b", "hicache_worker_url", "worker-url-shared")]
+    inventory = make_inventory(tmp_path / "own-port", {**VALID, "hicache_host": "0.0.0.0"}, {"gpu-b": {"hicache_port": 30001}})
+    _with_routers(inventory, {"router-1": {"ansible_host": "127.0.0.3", "ansible_user": "root"}},
+                  gpu_b={"ansible_host": "127.0.0.1", "ansible_port": 2222})
+    assert _errors(inventory) == []  # a port of its own: two workers
+
+
+def test_with_routers_a_worker_url_on_loopback_is_refused_where_a_router_is_elsewhere(tmp_path):
+    """hicache_worker_url on loopback reaches only a router on the server's own machine; one reached at another
+    address cannot reach it. It skipped the router-reach rule before (#34's audit)."""
+    inventory = make_inventory(tmp_path, {**VALID, "hicache_host": "0.0.0.0"}, {"gpu-b": {"hicache_worker_url": "http://127.0.0.1:30000"}})
+    _with_routers(inventory, {"router-1": {"ansible_host": "10.20.30.40", "ansible_user": "root"}},
+                  gpu_a={"ansible_host": "10.20.30.41"}, gpu_b={"ansible_host": "10.20.30.42"})
+    assert _errors(inventory) == [("gpu-b", "hicache_worker_url", "router-reach")]
+    inventory = make_inventory(tmp_path / "reachable", {**VALID, "hicache_host": "0.0.0.0"}, {"gpu-b": {"hicache_worker_url": "http://10.20.30.42:30000"}})
+    _with_routers(inventory, {"router-1": {"ansible_host": "10.20.30.40", "ansible_user": "root"}},
+                  gpu_a={"ansible_host": "10.20.30.41"}, gpu_b={"ansible_host": "10.20.30.42"})
+    assert _errors(inventory) == []
+
+
+def test_routers_get_the_fleet_checks_too(tmp_path):
+    """Two routers at one address and port are one machine; a router at a documentation address is a placeholder.
+    Routers skipped the fleet rules before (#34's audit)."""
+    inventory = make_inventory(tmp_path, {**VALID, "hicache_host": "0.0.0.0"})
+    _with_routers(inventory, {"router-1": {"ansible_host": "10.20.30.40", "ansible_user": "root"},
+                              "router-2": {"ansible_host": "10.20.30.40", "ansible_user": "root"},
+                              "router-3": {"ansible_host": "192.0.2.7", "ansible_user": "root"}})
+    assert sorted(_errors(inventory)) == [("router-1", "ansible_host", "duplicate-host"), ("router-2", "ansible_host", "duplicate-host"),
+                                  ("router-3", "ansible_host", "documentation-address")]

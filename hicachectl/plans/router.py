@@ -23,14 +23,14 @@ worker's /health from the router host, and a worker whose model the router could
 
 from __future__ import annotations
 
-import ipaddress
-import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hicachectl import rules
 from hicachectl.config.deployment import Deployment
 from hicachectl.formats import prompts, quoting
+from hicachectl.formats.urls import normalize
+from hicachectl.formats.urls import url_host as _url_host
 
 PASS, FAIL, NOT_CHECKED = "pass", "fail", "not checked"  # verify.py's three outcomes
 WORKERS_VAR = "HICACHE_ROUTER_WORKER_URLS"
@@ -43,30 +43,6 @@ CHECKED_VERSIONS = {"smg": "1.13.0", "sglang-router": "0.3.2"}
 
 
 # --- the workers --------------------------------------------------------------------------------------
-
-def _url_host(host: str) -> str:
-    """A host for a URL: an IPv6 address in brackets."""
-    host = str(host).strip()
-    if host.startswith("[") and host.endswith("]"):
-        return host
-    try:
-        if isinstance(ipaddress.ip_address(host), ipaddress.IPv6Address):
-            return f"[{host}]"
-    except ValueError:
-        pass
-    return host
-
-
-def normalize(url: str) -> str:
-    """The URL as the router holds it and as the hicache_router_worker module compares it: no trailing slash,
-    scheme and host in lower case. Refuses what is not http(s)://host[:port] (the router keeps URLs verbatim)."""
-    text = str(url).strip()
-    parts = urllib.parse.urlsplit(text)
-    if (parts.scheme.lower() not in ("http", "https") or not parts.netloc or parts.query or parts.fragment
-            or parts.path.strip("/") or any(c.isspace() or c in "\"'\\$%" for c in text)):
-        raise ValueError(f"{text!r} is not a worker URL: http(s)://host[:port] without a path")
-    return f"{parts.scheme.lower()}://{parts.netloc.lower()}"
-
 
 def worker_url(host: str, variables: Mapping[str, Any]) -> str:
     """Where the routers reach the server `host`: hicache_worker_url, else http://<ansible_host or the inventory

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -18,6 +19,13 @@ def _machine(host: str, connection: Mapping[str, Any]) -> tuple[str, str]:
     return address, str(connection.get("ansible_port") or 22)
 
 
+def _reached_at(host: str, variables: Mapping[str, Any], connections: Mapping[str, Mapping[str, Any]] | None) -> tuple[str, str]:
+    """_machine of a host from its variables' ansible_* settings, overridden by `connections[host]` when given."""
+    connection = {k: v for k, v in variables.items() if k.startswith("ansible_")}
+    connection.update((connections or {}).get(host) or {})
+    return _machine(host, connection)
+
+
 def check_fleet(hosts: Mapping[str, Mapping[str, Any]], connections: Mapping[str, Mapping[str, Any]] | None = None) -> list[Finding]:
     """Findings across the hosts of one inventory, once per run: two inventory hosts Ansible reaches at the same
     address and port are one machine, which would get the same unit, container, server port and deploy lock twice.
@@ -27,9 +35,7 @@ def check_fleet(hosts: Mapping[str, Mapping[str, Any]], connections: Mapping[str
     """
     machines: dict[tuple[str, str], list[str]] = {}
     for host, variables in hosts.items():
-        connection = {k: v for k, v in variables.items() if k.startswith("ansible_")}
-        connection.update((connections or {}).get(host) or {})
-        machines.setdefault(_machine(host, connection), []).append(host)
+        machines.setdefault(_reached_at(host, variables, connections), []).append(host)
     findings = _documentation_hosts(hosts, connections)
     for (address, port), names in machines.items():
         if len(names) < 2:
@@ -177,6 +183,7 @@ def check_routed(deployments: Mapping[str, Any], routers: Iterable[str] | Mappin
     With the routers' variables (a mapping) and how each host is reached (`connections`), a router and a server
     on one machine and one port are refused too (check_router_clash)."""
     clashes = check_router_clash(deployments, routers, connections) if isinstance(routers, Mapping) else []
+    routers_vars = routers if isinstance(routers, Mapping) else dict.fromkeys(routers, {})
     routers = list(routers)
     if not routers:
         return []
@@ -191,7 +198,49 @@ def check_routed(deployments: Mapping[str, Any], routers: Iterable[str] | Mappin
                          "set hicache_host: 0.0.0.0 (or an address the routers reach), or hicache_worker_url for a router on the same machine.")
                  for host, d in deployments.items()
                  if d is not None and d.worker_url is None and d.effective_host in ("127.0.0.1", "localhost", "::1")]
-    return findings + clashes
+    return findings + _worker_urls(deployments, routers_vars, connections) + clashes
+
+
+def _worker_urls(deployments: Mapping[str, Any], routers: Mapping[str, Mapping[str, Any]],
+                 connections: Mapping[str, Mapping[str, Any]] | None) -> list[Finding]:
+    """Where the routers reach each server (plans/router.py worker_url: hicache_worker_url, else http://<ansible_host
+    or the name>:<port>). Two servers at one URL are one worker to a router: it lists one and sends the other's
+    requests there. A URL on loopback reaches only a router on the server's own machine (check_fleet's machine)."""
+    from hicachectl.formats.urls import is_loopback, normalize, url_host
+
+    def machine(host: str, variables: Mapping[str, Any]) -> tuple[str, str]:
+        return _reached_at(host, variables, connections)
+
+    urls: dict[str, list[str]] = {}
+    findings = []
+    # Routers surely elsewhere: reached at an address that is not loopback (a router reached on loopback, or locally,
+    # may be this machine, as a server on loopback may be: a tunnel or port forward can hide either).
+    remote = {r: machine(r, v or {}) for r, v in routers.items()}
+    remote = {r: m for r, m in remote.items() if m[1] and not is_loopback(m[0])}
+    for host, d in deployments.items():
+        if d is None:
+            continue
+        connection = (connections or {}).get(host) or {}
+        try:
+            url = normalize(d.worker_url if d.worker_url else f"http://{url_host(connection.get('ansible_host') or host)}:{int(d.effective_port)}")
+        except ValueError:
+            continue  # a URL the variable rules refuse
+        urls.setdefault(url, []).append(host)
+        others = sorted(r for r, m in remote.items() if m != machine(host, {}))
+        if d.worker_url and is_loopback(urllib.parse.urlsplit(url).hostname or "") and others:
+            findings.append(Finding(
+                ERROR, host, "hicache_worker_url", "router-reach",
+                f"is {url}, on loopback: only a router on this server's own machine reaches it, not {compact_hosts(others)}.",
+                "set hicache_worker_url to an address the routers reach (or leave it unset: http://<ansible_host>:<port>)."))
+    for url, names in urls.items():
+        if len(names) > 1:
+            findings += [Finding(
+                ERROR, host, "hicache_worker_url", "worker-url-shared",
+                f"{len(names)} servers ({compact_hosts(names)}) are all reached by the routers at {url}: a router lists one worker "
+                "for them and sends every request to that one.",
+                f"give each of {compact_hosts(names)} its own address or port (ansible_host, hicache_port) or its own hicache_worker_url.")
+                for host in names]
+    return findings
 
 
 # The router's ports when its host does not set them: hicache_router_port and hicache_router_prometheus_port's
@@ -217,9 +266,7 @@ def check_router_clash(deployments: Mapping[str, Any], routers: Mapping[str, Map
     One machine is what check_fleet calls one: the same address and SSH port (or both local). Two SSH ports on one
     address are two machines behind one address (containers, VMs, a NAT), each binding its own ports (#34)."""
     def machine(host: str, variables: Mapping[str, Any]) -> tuple[str, str]:
-        connection = {k: v for k, v in variables.items() if k.startswith("ansible_")}
-        connection.update((connections or {}).get(host) or {})
-        return _machine(host, connection)
+        return _reached_at(host, variables, connections)
 
     servers: dict[str, list[tuple[str, int]]] = {}
     for host, d in deployments.items():

@@ -88,7 +88,9 @@ def test_doctor_judges_router_hosts_in_their_own_column_with_values(fleet3):
     """#34: a router host has its own column (OS, Python and its venv support, systemd, disk), and a check that
     passed shows what was found, not only `ok`."""
     *servers, router = list(fleet3.hosts)
-    inventory = fleet3.inventory(profile="vast", name="vast-doctor-router", routers=(router,))
+    # each server at its own address: the test hosts all answer SSH on 127.0.0.1, one port each (rules/fleet.py worker-url-shared)
+    inventory = fleet3.inventory(profile="vast", name="vast-doctor-router", routers=(router,),
+                                 host_vars={s: {"hicache_worker_url": f"http://{fleet3.address(s)}:30000"} for s in servers})
     text = cli("doctor", "--inventory", str(inventory), check_rc=1).stdout
     assert text.splitlines()[0].split() == ["item", *sorted(servers), router]
     data = cli_json("doctor", "--inventory", str(inventory), check_rc=1)

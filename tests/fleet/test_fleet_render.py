@@ -40,7 +40,9 @@ def _planned_files(host_record: dict) -> dict[str, str | None]:
 def test_plan_writes_no_file_render_did_not_list(bed):
     router = list(bed.hosts)[-1]
     # runtime none: these hosts have no container runtime; the server's files are the same roles' files
-    inventory = bed.inventory(extra_vars={"hicache_host": "0.0.0.0", "hicache_container_runtime": "none"}, routers=(router,))
+    # each server at its own address: the test hosts all answer SSH on 127.0.0.1, one port each (rules/fleet.py worker-url-shared)
+    inventory = bed.inventory(extra_vars={"hicache_host": "0.0.0.0", "hicache_container_runtime": "none"}, routers=(router,),
+                              host_vars={h: {"hicache_worker_url": f"http://{bed.address(h)}:30000"} for h in bed.hosts if h != router})
     rendered = cli_json("render", "-i", str(inventory))
     listed = {host: {f["path"]: f["content"] for f in entry["host_files"]} for host, entry in rendered["hosts"].items()}
     assert set(listed) == set(bed.hosts)

@@ -1,0 +1,42 @@
+"""HTTP URLs as the router holds its workers: a host in a URL (an IPv6 address in brackets) and the normal form the
+router compares (plans/router.py writes it, rules/fleet.py compares servers by it)."""
+
+from __future__ import annotations
+
+import ipaddress
+import urllib.parse
+
+
+def url_host(host: str) -> str:
+    """A host for a URL: an IPv6 address in brackets."""
+    host = str(host).strip()
+    if host.startswith("[") and host.endswith("]"):
+        return host
+    try:
+        if isinstance(ipaddress.ip_address(host), ipaddress.IPv6Address):
+            return f"[{host}]"
+    except ValueError:
+        pass
+    return host
+
+
+def normalize(url: str) -> str:
+    """The URL as the router holds it and as the hicache_router_worker module compares it: no trailing slash,
+    scheme and host in lower case. Refuses what is not http(s)://host[:port] (the router keeps URLs verbatim)."""
+    text = str(url).strip()
+    parts = urllib.parse.urlsplit(text)
+    if (parts.scheme.lower() not in ("http", "https") or not parts.netloc or parts.query or parts.fragment
+            or parts.path.strip("/") or any(c.isspace() or c in "\"'\\$%" for c in text)):
+        raise ValueError(f"{text!r} is not a worker URL: http(s)://host[:port] without a path")
+    return f"{parts.scheme.lower()}://{parts.netloc.lower()}"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a URL's or an address's host is this machine only (127.0.0.0/8, ::1, localhost)."""
+    host = str(host).strip().strip("[]").lower().rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
