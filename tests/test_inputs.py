@@ -167,3 +167,33 @@ def test_init_takes_user_address_and_port_for_each_host(tmp_path):
     for bad in ("gpu-1=root@127.0.0.1:0", "gpu-1=127.0.0.1:ssh", "gpu-1=@127.0.0.1", "gpu-1=[fd00::1]x"):
         refused = cli("init", "--profile", "local", "--hosts", bad, "--out", str(tmp_path / "no"))
         assert refused.returncode == 2 and "gpu-1=" in refused.stderr and not (tmp_path / "no").exists(), (bad, refused.stderr)
+
+
+def test_init_refuses_what_no_inventory_should_hold_and_names_every_fill_in(tmp_path):
+    """An operator audit (#34) found init writing inventories from a space in an address, a name given twice, a name
+    without a host, a group's name as a host's, and a router inventory validate refused with no "fill in" saying why."""
+    cases = {"gpu-01=a b": "'a b' is neither an IP address nor a DNS name", "gpu-01=10.0.0.1,gpu-01=10.0.0.2": "gpu-01 is named twice",
+             "=10.0.0.1": "a host needs a name", "hicache_routers=10.0.0.1": "is a group's name", "all": "is a group's name",
+             "gpu-01=us er@10.0.0.1": "'us er' is not a user name", "gpu-01=10.0.0.1.": "is neither an IP address nor a DNS name"}
+    for hosts, said in cases.items():
+        refused = cli("init", "--profile", "vast", "--hosts", hosts, "--out", str(tmp_path / "no"))
+        assert refused.returncode == 2 and said in refused.stderr and not (tmp_path / "no").exists(), (hosts, refused.stderr)
+    # With routers, a profile whose servers listen on loopback (local, adp) is one to fill in, and validate says the same.
+    for profile in ("local", "adp"):
+        out = tmp_path / profile
+        made = cli("init", "--profile", profile, "--hosts", "gpu-01=10.20.0.1,gpu-02=10.20.0.2", "--routers", "rt-1=10.20.0.9",
+                   "--out", str(out), check_rc=0)
+        assert f"fill in: hicache_host in {out}/group_vars/all.yml" in made.stdout and "the routers (rt-1) cannot reach it" in made.stdout
+        errors = {f["rule"] for f in cli_json("validate", "-i", str(out), check_rc=1)["findings"] if f["level"] == "error"}
+        assert errors == {"router-reach"}, (profile, errors)
+    # validate refuses an ansible_host no machine can be reached at, naming host and variable
+    out = tmp_path / "hand-made"
+    cli("init", "--profile", "local", "--hosts", "gpu-01=10.20.0.1", "--out", str(out), check_rc=0)
+    hosts = yaml.safe_load((out / "hosts.yml").read_text())
+    hosts["all"]["children"]["hicache_servers"]["hosts"]["gpu-01"]["ansible_host"] = "10.20.0.1:2222"
+    (out / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    found = [(f["host"], f["variable"], f["rule"]) for f in cli_json("validate", "-i", str(out), check_rc=1)["findings"] if f["level"] == "error"]
+    assert found == [("gpu-01", "ansible_host", "host-address")], found
+    # and says it alone: no library's deprecation warning on stderr (Ansible's SSH agent imports DSA from cryptography)
+    shown = cli("validate", "-i", str(out), check_rc=1)
+    assert "[host-address]" in shown.stderr and "DeprecationWarning" not in shown.stderr, shown.stderr

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pathlib
 import sys
+import warnings
 
 import typer
 
@@ -21,6 +22,10 @@ from hicachectl.cli import l3 as cli_l3
 from hicachectl.cli import observe as cli_observe
 from hicachectl.cli import offline as cli_offline
 from hicachectl.cli.common import EXIT_INVALID, EXIT_OK, EXIT_USAGE, say
+
+# Ansible's SSH agent support imports DSA from cryptography, which warns on every command that reads an inventory
+# (ansible/_internal/_ssh/_ssh_agent.py): a library's deprecation, nothing an operator can act on.
+warnings.filterwarnings("ignore", message="DSA is deprecated", module=r"ansible\._internal\._ssh\._ssh_agent")
 
 # The one table of exit codes: `python -m hicachectl.cli.readme --write` puts it in the README.
 EXIT_CODES = {

@@ -202,7 +202,7 @@ def init(profile: str = typer.Option(..., help="One of the shipped inventories: 
     _own_namespace(out)
     for path in written:
         typer.echo(f"wrote {path}")
-    for line in _fill_in(out):
+    for line in _fill_in(out, list(router_names)):
         typer.echo(line)
     name = out.name if out.resolve().parent == pathlib.Path.cwd().resolve() / "inventories" else str(out)
     typer.echo(f"next: edit {out}/group_vars/all.yml, then `hicachectl validate -i {name}`.")
@@ -211,16 +211,26 @@ def init(profile: str = typer.Option(..., help="One of the shipped inventories: 
 def _named(text: str) -> dict[str, dict[str, Any]]:
     """"a,b=10.0.0.2,c=ops@[fd00::3]:2222" -> {"a": {}, "b": {"ansible_host": "10.0.0.2"}, "c": {"ansible_user": "ops",
     "ansible_host": "fd00::3", "ansible_port": 2222}}: host names, each with how SSH reaches it when given."""
+    from hicachectl.config.inventory import ROUTERS
+
     out: dict[str, dict[str, Any]] = {}
     for word in (w.strip() for w in text.split(",")):
         if word:
-            name, _, where = word.partition("=")
-            out[name.strip()] = _connection(name.strip(), where.strip())
+            name, _, where = (part.strip() for part in word.partition("="))
+            if not name:
+                raise common.usage(f"{word!r}: a host needs a name before '='.")
+            if name in out:
+                raise common.usage(f"{name} is named twice; each host once.")
+            if name in ("all", "ungrouped", "hicache_servers", ROUTERS):
+                raise common.usage(f"{name} is a group's name in the inventory, not a host's; name the host otherwise.")
+            out[name] = _connection(name, where)
     return out
 
 
 def _connection(name: str, where: str) -> dict[str, Any]:
     """[USER@]ADDRESS[:PORT] as Ansible's connection variables; [ADDRESS]:PORT for IPv6 (a bare IPv6 has no port)."""
+    from hicachectl.formats.urls import is_host_address
+
     if not where:
         return {}
     user, _, address = where.rpartition("@")
@@ -234,6 +244,10 @@ def _connection(name: str, where: str) -> dict[str, Any]:
         address, _, port = address.partition(":")
     if not address or (user == "" and "@" in where):
         raise common.usage(f"--hosts {name}={where}: give [USER@]ADDRESS[:PORT].")
+    if any(c.isspace() or not c.isprintable() for c in user):
+        raise common.usage(f"--hosts {name}={where}: {user!r} is not a user name.")
+    if not is_host_address(address):
+        raise common.usage(f"--hosts {name}={where}: {address!r} is neither an IP address nor a DNS name.")
     found: dict[str, Any] = {"ansible_host": address}
     if user:
         found["ansible_user"] = user
@@ -284,18 +298,24 @@ def _own_namespace(out: pathlib.Path) -> None:
         path.write_text("".join(kept))
 
 
-def _fill_in(out: pathlib.Path) -> list[str]:
-    """What the new inventory still holds of the profile's placeholders (documentation addresses and names)."""
+def _fill_in(out: pathlib.Path, routers: list[str] = ()) -> list[str]:
+    """What the new inventory still holds of the profile's placeholders (documentation addresses and names), and,
+    with routers, a server address they cannot reach (the profile's loopback bind: validate's router-reach)."""
     import yaml
 
+    from hicachectl.formats.urls import is_loopback
     from hicachectl.rules.variables import placeholders
 
     lines = []
     for path in sorted((out / "group_vars").rglob("*.yml")):
-        for name, value in (yaml.safe_load(path.read_text()) or {}).items():
+        values = yaml.safe_load(path.read_text()) or {}
+        for name, value in values.items():
             found = placeholders(str(value)) if isinstance(value, (str, list)) else []
             if found:
                 lines.append(f"fill in: {name} in {path} ({', '.join(found)} is a documentation placeholder)")
+        if routers and path.name == "all.yml" and is_loopback(str(values.get("hicache_host") or "127.0.0.1")):
+            lines.append(f"fill in: hicache_host in {path} ({values.get('hicache_host') or '127.0.0.1, SGLang default,'} is loopback: "
+                         f"the routers ({', '.join(routers)}) cannot reach it; set an address they reach, or 0.0.0.0)")
     return lines
 
 

@@ -4,6 +4,7 @@ router compares (plans/router.py writes it, rules/fleet.py compares servers by i
 from __future__ import annotations
 
 import ipaddress
+import re
 import urllib.parse
 
 
@@ -40,3 +41,21 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_HOST_NAME = re.compile(rf"^(?=.{{1,253}}\.?$){_LABEL}(?:\.{_LABEL})*\.?$")
+
+
+def is_host_address(text: str) -> bool:
+    """Whether `text` can be where SSH reaches a machine (ansible_host): an IPv4 or IPv6 address (an IPv6 one may carry
+    a %zone) or a DNS name (RFC 1123 labels; '_' allowed, as resolvers take it)."""
+    text = str(text)
+    if not text or any(c.isspace() or not c.isprintable() for c in text):
+        return False
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except ValueError:
+        pass
+    return bool(_HOST_NAME.match(text)) and not text.replace(".", "").isdigit()

@@ -19,11 +19,16 @@ def _machine(host: str, connection: Mapping[str, Any]) -> tuple[str, str]:
     return address, str(connection.get("ansible_port") or 22)
 
 
-def _reached_at(host: str, variables: Mapping[str, Any], connections: Mapping[str, Mapping[str, Any]] | None) -> tuple[str, str]:
-    """_machine of a host from its variables' ansible_* settings, overridden by `connections[host]` when given."""
+def _connection(host: str, variables: Mapping[str, Any], connections: Mapping[str, Mapping[str, Any]] | None) -> dict[str, Any]:
+    """How Ansible reaches a host: its variables' ansible_* settings, overridden by `connections[host]` when given."""
     connection = {k: v for k, v in variables.items() if k.startswith("ansible_")}
     connection.update((connections or {}).get(host) or {})
-    return _machine(host, connection)
+    return connection
+
+
+def _reached_at(host: str, variables: Mapping[str, Any], connections: Mapping[str, Mapping[str, Any]] | None) -> tuple[str, str]:
+    """_machine of a host, from _connection."""
+    return _machine(host, _connection(host, variables, connections))
 
 
 def check_fleet(hosts: Mapping[str, Mapping[str, Any]], connections: Mapping[str, Mapping[str, Any]] | None = None) -> list[Finding]:
@@ -36,7 +41,7 @@ def check_fleet(hosts: Mapping[str, Mapping[str, Any]], connections: Mapping[str
     machines: dict[tuple[str, str], list[str]] = {}
     for host, variables in hosts.items():
         machines.setdefault(_reached_at(host, variables, connections), []).append(host)
-    findings = _documentation_hosts(hosts, connections)
+    findings = _bad_addresses(hosts, connections) + _documentation_hosts(hosts, connections)
     for (address, port), names in machines.items():
         if len(names) < 2:
             continue
@@ -50,6 +55,23 @@ def check_fleet(hosts: Mapping[str, Mapping[str, Any]], connections: Mapping[str
     return findings
 
 
+def _bad_addresses(hosts: Mapping[str, Mapping[str, Any]], connections: Mapping[str, Mapping[str, Any]] | None) -> list[Finding]:
+    """ansible_host must be where SSH and the routers' URLs reach a machine: an IP address or a DNS name. Anything else
+    (a space, a URL, a port written into it) fails at the first contact, or later in a worker URL. Refused here."""
+    from hicachectl.formats.urls import is_host_address
+
+    findings = []
+    for host, variables in hosts.items():
+        connection = _connection(host, variables, connections)
+        address = connection.get("ansible_host")
+        if address is not None and str(connection.get("ansible_connection") or "") != "local" and not is_host_address(str(address)):
+            findings.append(Finding(
+                ERROR, host, "ansible_host", "host-address",
+                f"{str(address)!r} is neither an IP address nor a DNS name, so SSH and the routers cannot reach {host} there.",
+                f"set ansible_host of {host} to its address or DNS name alone (the SSH port goes in ansible_port, the user in ansible_user)."))
+    return findings
+
+
 def _documentation_hosts(hosts: Mapping[str, Mapping[str, Any]], connections: Mapping[str, Mapping[str, Any]] | None) -> list[Finding]:
     """A host Ansible would reach at an address reserved for documentation (the profiles' 192.0.2.x, 2001:db8::,
     *.example.com): no machine answers there; the inventory still holds a placeholder. Refused, before any contact."""
@@ -57,8 +79,7 @@ def _documentation_hosts(hosts: Mapping[str, Mapping[str, Any]], connections: Ma
 
     findings = []
     for host, variables in hosts.items():
-        connection = {k: v for k, v in variables.items() if k.startswith("ansible_")}
-        connection.update((connections or {}).get(host) or {})
+        connection = _connection(host, variables, connections)
         if str(connection.get("ansible_connection") or "") == "local":
             continue
         address = connection.get("ansible_host") or host
