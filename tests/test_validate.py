@@ -329,3 +329,14 @@ def test_routers_get_the_fleet_checks_too(tmp_path):
                               "router-3": {"ansible_host": "192.0.2.7", "ansible_user": "root"}})
     assert sorted(_errors(inventory)) == [("router-1", "ansible_host", "duplicate-host"), ("router-2", "ansible_host", "duplicate-host"),
                                   ("router-3", "ansible_host", "documentation-address")]
+
+
+def test_a_host_in_the_servers_and_the_routers_group_is_refused(tmp_path):
+    """It silently ran the router only (every host outside hicache_routers is a server; #34's operator audit). Refused
+    by validate and by the collection's own validate play (plain ansible-playbook), before any host is contacted."""
+    inventory = make_inventory(tmp_path, {**VALID, "hicache_host": "0.0.0.0"})
+    _with_routers(inventory, {"gpu-b": None, "router-1": {"ansible_host": "127.0.0.3", "ansible_user": "root"}})
+    assert _errors(inventory) == [("gpu-b", "groups", "server-and-router")]
+    played = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory), "playbooks/site.yml"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert played.returncode != 0 and "[server-and-router]" in played.stdout and "gpu-b is in hicache_servers and in hicache_routers" in played.stdout, played.stdout[-3000:]

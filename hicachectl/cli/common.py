@@ -103,6 +103,7 @@ def check(inventory: str, limit: str | None, overrides: dict | None = None, *, o
     findings.extend(rules.check_fleet(inv.hosts, getattr(inv, "connections", None)))  # across hosts: one machine twice
     # the routers among themselves (a router may share a machine with a server: check_router_clash judges that)
     findings.extend(rules.check_fleet(getattr(inv, "routers", {}), getattr(inv, "connections", None)))
+    findings.extend(rules.check_server_or_router(getattr(inv, "in_both", ())))
     findings.extend(rules.check_shared_tiers(deployments))
     findings.extend(rules.check_routed(deployments, getattr(inv, "routers", {}), getattr(inv, "connections", None)))
     for host, variables in getattr(inv, "routers", {}).items():  # a router host: only the router's variables

@@ -54,6 +54,7 @@ class Inventory:
     # host (server or router) -> {secret variable path, e.g. hicache_container_env.HF_TOKEN: where it is written}: the
     # secrets an inventory file holds in plain text (validate warns: hicachectl.rules.variables.plain_text_secrets).
     plain_secrets: dict[str, dict[str, Written]] = dataclasses.field(default_factory=dict)
+    in_both: list[str] = dataclasses.field(default_factory=list)  # hosts in SERVERS and in ROUTERS (validate refuses them)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +71,8 @@ class Written:
 
 # The group of router hosts: they run the SGLang router (role router), never a server. Every other host is a server.
 ROUTERS = "hicache_routers"
+# The group `hicache init` puts servers in; a server need not be in it, but a host in it and in ROUTERS is refused.
+SERVERS = "hicache_servers"
 
 
 def server_hosts(groups: Mapping[str, Iterable[str]]) -> list[str]:
@@ -417,6 +420,7 @@ def load(name_or_path: str, limit: str | None = None) -> Inventory:
     if not hosts:
         raise InventoryError(f"{path}: no hosts{' match ' + repr(limit) if limit else ''}.")
     routers = {h.name for h in manager.groups[ROUTERS].get_hosts()} if ROUTERS in manager.groups else set()
+    grouped_servers = {h.name for h in manager.groups[SERVERS].get_hosts()} if SERVERS in manager.groups else set()
     servers, router_vars, connections, plain_secrets = {}, {}, {}, {}
     for host in hosts:
         written: dict[str, Written] = {}
@@ -428,7 +432,8 @@ def load(name_or_path: str, limit: str | None = None) -> Inventory:
             plain_secrets[host.name] = shown
     _refuse_duplicate_keys(notes)
     return Inventory(name=name_or_path, path=path, hosts=servers, notes=list(dict.fromkeys(notes)), connections=connections,
-                     routers=router_vars, plain_secrets=plain_secrets)
+                     routers=router_vars, plain_secrets=plain_secrets,
+                     in_both=[h.name for h in hosts if h.name in routers and h.name in grouped_servers])
 
 
 def _refuse_duplicate_keys(notes: list[str]) -> None:

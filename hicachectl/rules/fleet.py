@@ -55,6 +55,17 @@ def check_fleet(hosts: Mapping[str, Mapping[str, Any]], connections: Mapping[str
     return findings
 
 
+def check_server_or_router(in_both: Iterable[str]) -> list[Finding]:
+    """A host in hicache_servers and in hicache_routers: every host outside hicache_routers is a server, so it would
+    run the router only, never the server its other group says (site.yml's plays: all:!hicache_routers)."""
+    from hicachectl.config.inventory import ROUTERS, SERVERS
+
+    return [Finding(ERROR, host, "groups", "server-and-router",
+                    f"{host} is in {SERVERS} and in {ROUTERS}: it would run the router only, not a server.",
+                    f"keep {host} in one of the two groups (a router beside a server on one machine is two inventory hosts).")
+            for host in in_both]
+
+
 def _bad_addresses(hosts: Mapping[str, Mapping[str, Any]], connections: Mapping[str, Mapping[str, Any]] | None) -> list[Finding]:
     """ansible_host must be where SSH and the routers' URLs reach a machine: an IP address or a DNS name. Anything else
     (a space, a URL, a port written into it) fails at the first contact, or later in a worker URL. Refused here."""

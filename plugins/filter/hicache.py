@@ -12,7 +12,7 @@ try:
     from hicachectl import rules
     from hicachectl.config import schema, secrets
     from hicachectl.config.deployment import PREFIX
-    from hicachectl.config.inventory import ROUTERS, plain
+    from hicachectl.config.inventory import ROUTERS, SERVERS, plain
     from hicachectl.ops import metrics, verify
     from hicachectl.plans import container_runtime, host_limits, l3_collector, model, nic_tuning, preflight, sglang_image, sglang_server, storage, storage_live
     from hicachectl.plans.plan import as_fact
@@ -59,6 +59,8 @@ def hicache_findings(hostvars, host):
     _core()
     variables = _hicache_vars(hostvars)
     findings = rules.check_host(host, variables, "router" if _is_router(hostvars) else None)[1]
+    if _is_router(hostvars) and SERVERS in (hostvars.get("group_names") or []):
+        findings += rules.check_server_or_router([host])
     hidden = secrets.values(variables)
     return [secrets.mask(dict(f.as_dict(), text=f.format()), hidden) for f in findings]
 
