@@ -215,7 +215,7 @@ VARIABLES: tuple[Var, ...] = (
        domain=Domain(UNIT_PATH.format(" as the parent of the config directory"), "/opt/sglang-hicache", "unit-safe-path", pattern=_UNIT_PATH)),
     _v("hicache_cfg_dir", "str", None, "Host directory for start.sh and backend config (default: <base_dir>/cfg). Mounted read-only at /cfg.",
        domain=Domain(UNIT_PATH.format(""), "/opt/sglang-hicache/cfg", "unit-safe-path", pattern=_UNIT_PATH)),
-    _v("hicache_model_dir", "str", None, "Host directory with the model weights, mounted read-only at hicache_model_path. None: no mount (hub id).", domain=MOUNT_PATH),
+    _v("hicache_model_dir", "str", None, "Host directory with the model weights, mounted read-only at hicache_model_path (with hicache_container_runtime none: hicache_model_path itself, where the server reads them). None: no mount (hub id).", domain=MOUNT_PATH),
     _v("hicache_cache_dir", "str", None, "Host directory of the L3 tier (the storage mount point). Required for the file and nixl backends.",
        domain=Domain(UNIT_PATH.format(" and /etc/fstab"), "/mnt/kvcache", "unit-safe-path", pattern=_UNIT_PATH)),
     _v("hicache_cache_container_dir", "str", None, "Where the L3 directory appears inside the container (default: same path as on the host).", domain=dataclasses.replace(MOUNT_PATH, example="/mnt/kvcache")),

@@ -36,7 +36,9 @@ def _image_source(d: Deployment, out):
 @rule
 def _model_source(d: Deployment, out):
     if d.model_source and not d.model_dir:
-        out.error("hicache_model_dir", "model-dir-required", f"hicache_model_source {d.model_source} needs a directory for the weights.", "set hicache_model_dir (mounted at hicache_model_path).")
+        out.error("hicache_model_dir", "model-dir-required", f"hicache_model_source {d.model_source} needs a directory for the weights.",
+                  "set hicache_model_dir to hicache_model_path (no container: the server reads the weights where they are put)."
+                  if d.container_runtime == "none" else "set hicache_model_dir (mounted at hicache_model_path).")
     if d.model_source == "hub" and not d.model_repo:
         out.error("hicache_model_repo", "model-repo-required", "is needed to download from the hub.", "set it, e.g. Qwen/Qwen3-8B.")
     if d.model_dir and d.model_path is not None and d.container_runtime != "none" and not re.fullmatch(r"/[^:]*", d.model_path):
@@ -271,9 +273,11 @@ def _service(d: Deployment, out):
         if d.cache_container_dir and d.cache_container_dir != d.cache_dir:
             out.error("hicache_cache_container_dir", "no-container", "is set, but with hicache_container_runtime: none there is no container to map it into.",
                       "remove it; the server uses hicache_cache_dir directly.")
-        if d.model_dir:
+        # Without a container the server reads hicache_model_path on the host: the weights are put there or nowhere it looks.
+        if d.model_dir and (d.model_path is None or posixpath.normpath(d.model_dir) != posixpath.normpath(d.model_path)):
             out.error("hicache_model_dir", "no-container", "is mounted into the container, and hicache_container_runtime is none.",
-                      "point hicache_model_path at the weights on the host and remove hicache_model_dir.")
+                      "point hicache_model_path at the weights on the host and remove hicache_model_dir, or (to have the weights put "
+                      "there) set hicache_model_dir to the same path.")
 
 
 _EXTRA_CONFIG_EXTENSIONS = (".json", ".toml", ".yaml", ".yml")

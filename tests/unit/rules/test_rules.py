@@ -301,3 +301,19 @@ def test_ecn_required_without_ecn_priorities_is_named():
     assert ("warning", "ecn-required-alone", "hicache_nic_ecn_required") in findings("vast", nic_ecn_required=True)
     assert not {f for f in findings("vast", nic_ecn_required=True, nic_ecn_priorities=[3]) if f[1] == "ecn-required-alone"}
     assert not {f for f in findings("vast") if f[1] == "ecn-required-alone"}
+
+
+def test_without_a_container_a_downloaded_model_has_one_consistent_fix():
+    """#34's operator audit: with hicache_container_runtime none and a hub download, model-dir-required said "set
+    hicache_model_dir" and no-container said "remove it": no inventory satisfied both. The weights now go where the
+    server reads them (hicache_model_dir == hicache_model_path), and each fix says so."""
+    host, variables = _host_vars("local")
+    base = {**variables, "hicache_container_runtime": "none", "hicache_model_source": "hub", "hicache_model_repo": "Qwen/Qwen3-8B",
+            "hicache_model_path": "/srv/models/qwen3-8b", "hicache_cache_container_dir": None}
+    _, found = rules.check_host(host, {**base, "hicache_model_dir": None})
+    fixes = {f.rule: f.fix for f in found if f.level == rules.ERROR}
+    assert set(fixes) == {"model-dir-required"} and "set hicache_model_dir to hicache_model_path" in fixes["model-dir-required"], fixes
+    _, found = rules.check_host(host, {**base, "hicache_model_dir": "/srv/models/qwen3-8b/"})
+    assert not [f for f in found if f.level == rules.ERROR], [f.format() for f in found]
+    _, found = rules.check_host(host, {**base, "hicache_model_dir": "/srv/elsewhere"})
+    assert [(f.rule, f.variable) for f in found if f.level == rules.ERROR] == [("no-container", "hicache_model_dir")]
