@@ -340,3 +340,29 @@ def test_a_host_in_the_servers_and_the_routers_group_is_refused(tmp_path):
     played = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory), "playbooks/site.yml"],
                             cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert played.returncode != 0 and "[server-and-router]" in played.stdout and "gpu-b is in hicache_servers and in hicache_routers" in played.stdout, played.stdout[-3000:]
+
+
+def test_a_misspelled_variable_is_refused_not_ignored(tmp_path):
+    """HICACHE_STRICT, hicache-strict or hicahce_... are read by no role: their values were lost without a word and the
+    defaults used (#34's operator audit). Refused by validate and the collection's validate play, naming the variable
+    meant; names nothing like ours are left alone."""
+    inventory = make_inventory(tmp_path, {**VALID, "HICACHE_STRICT": False, "my_own_setting": 1}, {"gpu-b": {"hicahce_port": 30001}})
+    found = sorted(_errors(inventory))
+    assert found == [("gpu-a", "HICACHE_STRICT", "variable-name"), ("gpu-b", "HICACHE_STRICT", "variable-name"),
+                     ("gpu-b", "hicahce_port", "variable-name")], found
+    shown = validate_here(inventory).output
+    assert "rename it to hicache_port" in shown and "rename it to hicache_strict" in shown and "my_own_setting" not in shown, shown
+    played = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory), "playbooks/site.yml"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert played.returncode != 0 and "[variable-name]" in played.stdout and "rename it to hicache_port" in played.stdout, played.stdout[-3000:]
+
+
+def test_host_vars_of_no_host_are_named(tmp_path):
+    """host_vars/<name>.yml of a name the inventory does not hold is read by Ansible for nobody (#34's operator audit:
+    a renamed host's settings lost without a word): a warning naming the file; a host's own host_vars are not."""
+    inventory = make_inventory(tmp_path, VALID, {"gpu-b": {"hicache_port": 30001}, "gpu-99": {"hicache_port": 30002}})
+    (inventory / "host_vars/gpu-98").mkdir()
+    report = json.loads(validate_here(inventory, "--json").stdout)
+    orphans = sorted((f["host"], f["level"], f["rule"]) for f in report["findings"] if f["rule"] == "host-vars-orphan")
+    assert orphans == [("gpu-98", "warning", "host-vars-orphan"), ("gpu-99", "warning", "host-vars-orphan")], report["findings"]
+    assert any(str(inventory / "host_vars/gpu-99.yml") in f["message"] for f in report["findings"]), report["findings"]

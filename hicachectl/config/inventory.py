@@ -55,6 +55,9 @@ class Inventory:
     # secrets an inventory file holds in plain text (validate warns: hicachectl.rules.variables.plain_text_secrets).
     plain_secrets: dict[str, dict[str, Written]] = dataclasses.field(default_factory=dict)
     in_both: list[str] = dataclasses.field(default_factory=list)  # hosts in SERVERS and in ROUTERS (validate refuses them)
+    # host -> {a name no role reads: the catalogue variable it was likely meant to be} (schema.misspelled; validate refuses)
+    misspelled: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+    orphan_host_vars: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> host_vars file of no host (ignored)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -382,7 +385,8 @@ def _open(path: pathlib.Path, notes: list[str]):
     return loader, manager, VariableManager(loader=loader, inventory=manager)
 
 
-def _host_vars(loader, variables, host, path: pathlib.Path, names, notes: list[str], written: dict[str, Written] | None = None) -> dict[str, Any]:
+def _host_vars(loader, variables, host, path: pathlib.Path, names, notes: list[str], written: dict[str, Written] | None = None,
+               misspelled: dict[str, str] | None = None) -> dict[str, Any]:
     """The host's variables whose names `names` accepts, templated. With `written`, where each leaf of the variables
     that may hold a secret is written in plain text (`_plain_text`): leaf path -> Written."""
     from ansible.errors import AnsibleError
@@ -393,6 +397,10 @@ def _host_vars(loader, variables, host, path: pathlib.Path, names, notes: list[s
         with _captured_warnings(notes):
             host_vars = variables.get_vars(host=host, include_hostvars=False)
             templar = Templar(loader=loader, variables=host_vars)
+            if misspelled is not None:  # names no role reads that look like a catalogue variable's (validate refuses them)
+                from hicachectl.config import schema
+
+                misspelled.update((k, meant) for k in host_vars if not names(k) and (meant := schema.misspelled(k)))
             for key in [k for k in host_vars if names(k)]:
                 try:
                     value = templar.template(host_vars[key])
@@ -421,19 +429,28 @@ def load(name_or_path: str, limit: str | None = None) -> Inventory:
         raise InventoryError(f"{path}: no hosts{' match ' + repr(limit) if limit else ''}.")
     routers = {h.name for h in manager.groups[ROUTERS].get_hosts()} if ROUTERS in manager.groups else set()
     grouped_servers = {h.name for h in manager.groups[SERVERS].get_hosts()} if SERVERS in manager.groups else set()
-    servers, router_vars, connections, plain_secrets = {}, {}, {}, {}
+    servers, router_vars, connections, plain_secrets, misspelled = {}, {}, {}, {}, {}
     for host in hosts:
         written: dict[str, Written] = {}
-        found = _host_vars(loader, variables, host, path, lambda k: k.startswith(PREFIX) or k in CONNECTION_VARS, notes, written)
+        typos: dict[str, str] = {}
+        found = _host_vars(loader, variables, host, path, lambda k: k.startswith(PREFIX) or k in CONNECTION_VARS, notes, written, typos)
+        if typos:
+            misspelled[host.name] = typos
         own = {k: v for k, v in found.items() if k.startswith(PREFIX)}
         (router_vars if host.name in routers else servers)[host.name] = own
         connections[host.name] = {k: v for k, v in found.items() if k in CONNECTION_VARS}
         if shown := _plain_secrets(own, written):
             plain_secrets[host.name] = shown
     _refuse_duplicate_keys(notes)
+    every = {h.name for h in manager.get_hosts(pattern="all")}
+    host_vars_dir = (path if path.is_dir() else path.parent) / "host_vars"
+    # Ansible's host_group_vars plugin reads host_vars/<host>, <host>.yml, .yaml, .json and a directory <host>/
+    named = {f: f.name if f.is_dir() or f.suffix == "" else f.stem for f in sorted(host_vars_dir.glob("*")) if host_vars_dir.is_dir()
+             and not f.name.startswith(".") and (f.is_dir() or f.suffix in ("", ".yml", ".yaml", ".json"))}
+    orphans = {name: str(f) for f, name in named.items() if name not in every}
     return Inventory(name=name_or_path, path=path, hosts=servers, notes=list(dict.fromkeys(notes)), connections=connections,
                      routers=router_vars, plain_secrets=plain_secrets,
-                     in_both=[h.name for h in hosts if h.name in routers and h.name in grouped_servers])
+                     in_both=[h.name for h in hosts if h.name in routers and h.name in grouped_servers], misspelled=misspelled, orphan_host_vars=orphans)
 
 
 def _refuse_duplicate_keys(notes: list[str]) -> None:

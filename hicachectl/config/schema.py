@@ -215,7 +215,8 @@ VARIABLES: tuple[Var, ...] = (
        domain=Domain(UNIT_PATH.format(" as the parent of the config directory"), "/opt/sglang-hicache", "unit-safe-path", pattern=_UNIT_PATH)),
     _v("hicache_cfg_dir", "str", None, "Host directory for start.sh and backend config (default: <base_dir>/cfg). Mounted read-only at /cfg.",
        domain=Domain(UNIT_PATH.format(""), "/opt/sglang-hicache/cfg", "unit-safe-path", pattern=_UNIT_PATH)),
-    _v("hicache_model_dir", "str", None, "Host directory with the model weights, mounted read-only at hicache_model_path (with hicache_container_runtime none: hicache_model_path itself, where the server reads them). None: no mount (hub id).", domain=MOUNT_PATH),
+    _v("hicache_model_dir", "str", None, "Host directory with the model weights, mounted read-only at hicache_model_path (with "
+       "hicache_container_runtime none: hicache_model_path itself, where the server reads them). None: no mount (hub id).", domain=MOUNT_PATH),
     _v("hicache_cache_dir", "str", None, "Host directory of the L3 tier (the storage mount point). Required for the file and nixl backends.",
        domain=Domain(UNIT_PATH.format(" and /etc/fstab"), "/mnt/kvcache", "unit-safe-path", pattern=_UNIT_PATH)),
     _v("hicache_cache_container_dir", "str", None, "Where the L3 directory appears inside the container (default: same path as on the host).", domain=dataclasses.replace(MOUNT_PATH, example="/mnt/kvcache")),
@@ -466,6 +467,19 @@ VARIABLES: tuple[Var, ...] = (
 )
 
 BY_NAME: dict[str, Var] = {v.name: v for v in VARIABLES}
+
+
+def misspelled(name: str) -> str | None:
+    """The catalogue variable a name that does not start with hicache_ was most likely meant to be (HICACHE_STRICT,
+    hicache-strict, hicahce_strict), else None: such a name is read by no role, so its value would be lost silently.
+    Cheap for the many names that are nothing like ours (every host's variables go through it)."""
+    import difflib
+
+    head = name[:len("hicache_")].lower().replace("-", "_")
+    if name.startswith("hicache_") or difflib.SequenceMatcher(None, head, "hicache_").ratio() < 0.75:
+        return None
+    close = difflib.get_close_matches(name.lower().replace("-", "_"), BY_NAME, n=1, cutoff=0.85)
+    return close[0] if close else None
 
 # Facts the roles set for each other, for the CLI's playbooks and for a user's tasks: public, not variables.
 FACTS = {

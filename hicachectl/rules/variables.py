@@ -12,7 +12,7 @@ from typing import Any
 
 from hicachectl.config import schema
 from hicachectl.config.deployment import PREFIX
-from hicachectl.rules.findings import ERROR, Finding, _Collector, has_errors
+from hicachectl.rules.findings import ERROR, WARNING, Finding, _Collector, has_errors
 
 _TYPE_WORDS = {"str": "a string", "int": "an integer", "float": "a number", "bool": "a boolean",
                "list": "a list", "dict": "a mapping"}
@@ -264,3 +264,19 @@ def plain_text_secrets(host: str, written: Mapping[str, Any], raw: Mapping[str, 
                  f"put it in Ansible Vault: run `ansible-vault encrypt_string --prompt`, give {named} and the value (hidden), and put "
                  f"{block} it prints in {where.file} in place of that line; or read it from the environment (\"{{{{ lookup('env', 'NAME') }}}}\").")
     return out.findings
+
+
+def misspelled_variables(host: str, misspelled: Mapping[str, str]) -> list[Finding]:
+    """A name no role reads that looks like a catalogue variable's (config.schema.misspelled): its value would be lost
+    without a word, the default used instead."""
+    return [Finding(ERROR, host, name, "variable-name", f"is not read by hicache-deploy (its variables are hicache_*, in lower "
+                    f"case), so its value would be ignored and {meant}'s default used.", f"rename it to {meant}.")
+            for name, meant in sorted(misspelled.items())]
+
+
+def orphan_host_vars(orphans: Mapping[str, str]) -> list[Finding]:
+    """host_vars of a name that is no host of the inventory (name -> its file): Ansible reads them for nobody (a host
+    renamed or removed, a typo in the file's name), so what they set is lost without a word."""
+    return [Finding(WARNING, name, "host_vars", "host-vars-orphan", f"{path} names no host of the inventory, so nothing it sets is used.",
+                    "rename it after the host it is for, or remove it.")
+            for name, path in orphans.items()]

@@ -16,6 +16,7 @@ try:
     from hicachectl.ops import metrics, verify
     from hicachectl.plans import container_runtime, host_limits, l3_collector, model, nic_tuning, preflight, sglang_image, sglang_server, storage, storage_live
     from hicachectl.plans.plan import as_fact
+    from hicachectl.rules.variables import misspelled_variables
 except ImportError as error:  # pragma: no cover - exercised by ansible-test's import sanity test
     CORE_MISSING = (f"hicache.deploy needs the Python package hicache-deploy on the controller (it provides hicachectl): "
                     f"pip install its wheel into the Python that runs Ansible, see COLLECTION.md ({error})")
@@ -61,6 +62,7 @@ def hicache_findings(hostvars, host):
     findings = rules.check_host(host, variables, "router" if _is_router(hostvars) else None)[1]
     if _is_router(hostvars) and SERVERS in (hostvars.get("group_names") or []):
         findings += rules.check_server_or_router([host])
+    findings += misspelled_variables(host, {name: meant for name in list(hostvars) if (meant := schema.misspelled(name))})
     hidden = secrets.values(variables)
     return [secrets.mask(dict(f.as_dict(), text=f.format()), hidden) for f in findings]
 
