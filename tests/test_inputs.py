@@ -3,6 +3,8 @@ port of one machine, and what `init` says and writes."""
 
 from __future__ import annotations
 
+import pathlib
+
 import yaml
 from helpers import deployment
 from support import ROOT, cli, cli_json
@@ -197,3 +199,19 @@ def test_init_refuses_what_no_inventory_should_hold_and_names_every_fill_in(tmp_
     # and says it alone: no library's deprecation warning on stderr (Ansible's SSH agent imports DSA from cryptography)
     shown = cli("validate", "-i", str(out), check_rc=1)
     assert "[host-address]" in shown.stderr and "DeprecationWarning" not in shown.stderr, shown.stderr
+
+
+def test_init_and_monitoring_say_what_they_wrote_as_json(tmp_path):
+    """#34's operator audit: init and monitoring were the two commands without --json (a script that makes
+    inventories, or feeds a Prometheus, parsed their prose). The same facts as their text, machine-readable."""
+    out = tmp_path / "inv"
+    made = cli_json("init", "--profile", "vast", "--hosts", "gpu-01=10.20.0.1", "--routers", "rt-1=10.20.0.9", "--out", str(out), "--json")
+    assert made["inventory"] == str(out) and str(out / "hosts.yml") in made["written"], made
+    assert {f["variable"] for f in made["fill_in"]} == {"hicache_storage_server", "hicache_storage_remoteports"}, made["fill_in"]
+    assert all(f["file"] == str(out / "group_vars/all.yml") and "documentation placeholder" in f["why"] for f in made["fill_in"])
+    text = cli("init", "--profile", "vast", "--hosts", "gpu-01=10.20.0.1", "--out", str(tmp_path / "text"), check_rc=0).stdout
+    assert text.count("fill in: ") == len(made["fill_in"]) and "next: edit" in text  # the text says the same
+    shown = cli_json("monitoring", "-i", str(out), "--out", str(tmp_path / "mon"), "--json")
+    # its server and its router, each a scrape target
+    assert shown["targets"] == 2 and set(shown["written"]) == {str(p) for p in (tmp_path / "mon").rglob("*") if p.is_file()}, shown
+    assert pathlib.Path(shown["dashboard"]).is_file()

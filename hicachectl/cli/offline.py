@@ -184,7 +184,8 @@ def init(profile: str = typer.Option(..., help="One of the shipped inventories: 
          hosts: str = typer.Option(..., help="Comma-separated server names; NAME=[USER@]ADDRESS[:PORT] sets its ansible_host, "
                                    "ansible_user and ansible_port ([ADDRESS]:PORT for IPv6)."),
          routers: str = typer.Option("", "--routers", help="Comma-separated router hosts (group hicache_routers), as --hosts names them."),
-         out: pathlib.Path = typer.Option(..., help="New inventory directory.")) -> None:
+         out: pathlib.Path = typer.Option(..., help="New inventory directory."),
+         json: bool = common.JsonOpt) -> None:
     """Start a new inventory from a profile, and say which of its values are placeholders to fill in."""
     from hicachectl.cli import scaffold
 
@@ -200,12 +201,20 @@ def init(profile: str = typer.Option(..., help="One of the shipped inventories: 
     if router_names or any(servers.values()):
         _place_hosts(out / "hosts.yml", servers, router_names)
     _own_namespace(out)
+    fill_in = _fill_in(out, list(router_names))
+    name = out.name if out.resolve().parent == pathlib.Path.cwd().resolve() / "inventories" else str(out)
+    next_step = f"edit {out}/group_vars/all.yml, then `hicachectl validate -i {name}`."
+    if json:
+        import json as json_module
+
+        typer.echo(json_module.dumps({"inventory": str(out), "written": [str(p) for p in written],
+                                      "fill_in": [{"variable": v, "file": f, "why": why} for v, f, why in fill_in], "next": next_step}, indent=1))
+        return
     for path in written:
         typer.echo(f"wrote {path}")
-    for line in _fill_in(out, list(router_names)):
-        typer.echo(line)
-    name = out.name if out.resolve().parent == pathlib.Path.cwd().resolve() / "inventories" else str(out)
-    typer.echo(f"next: edit {out}/group_vars/all.yml, then `hicachectl validate -i {name}`.")
+    for variable, path, why in fill_in:
+        typer.echo(f"fill in: {variable} in {path} ({why})")
+    typer.echo(f"next: {next_step}")
 
 
 def _named(text: str) -> dict[str, dict[str, Any]]:
@@ -298,7 +307,7 @@ def _own_namespace(out: pathlib.Path) -> None:
         path.write_text("".join(kept))
 
 
-def _fill_in(out: pathlib.Path, routers: list[str] = ()) -> list[str]:
+def _fill_in(out: pathlib.Path, routers: list[str] = ()) -> list[tuple[str, str, str]]:
     """What the new inventory still holds of the profile's placeholders (documentation addresses and names), and,
     with routers, a server address they cannot reach (the profile's loopback bind: validate's router-reach)."""
     import yaml
@@ -312,10 +321,10 @@ def _fill_in(out: pathlib.Path, routers: list[str] = ()) -> list[str]:
         for name, value in values.items():
             found = placeholders(str(value)) if isinstance(value, (str, list)) else []
             if found:
-                lines.append(f"fill in: {name} in {path} ({', '.join(found)} is a documentation placeholder)")
+                lines.append((name, str(path), f"{', '.join(found)} is a documentation placeholder"))
         if routers and path.name == "all.yml" and is_loopback(str(values.get("hicache_host") or "127.0.0.1")):
-            lines.append(f"fill in: hicache_host in {path} ({values.get('hicache_host') or '127.0.0.1, SGLang default,'} is loopback: "
-                         f"the routers ({', '.join(routers)}) cannot reach it; set an address they reach, or 0.0.0.0)")
+            lines.append(("hicache_host", str(path), f"{values.get('hicache_host') or '127.0.0.1, SGLang default,'} is loopback: "
+                          f"the routers ({', '.join(routers)}) cannot reach it; set an address they reach, or 0.0.0.0"))
     return lines
 
 
@@ -365,7 +374,8 @@ def size(config: pathlib.Path = typer.Option(..., "--config", help="The model's 
 @common.with_vault
 def monitoring(inventory: str = common.InventoryOpt,
                out: pathlib.Path = typer.Option(..., "--out", help="Directory for prometheus.yml, targets/, rules/ and grafana/."),
-               force: bool = typer.Option(False, "--force", help="Replace files already there.")) -> None:
+               force: bool = typer.Option(False, "--force", help="Replace files already there."),
+               json: bool = common.JsonOpt) -> None:
     """Prometheus scrape targets (file_sd), alert rules and a Grafana dashboard for the inventory's servers. Touches no host."""
     from hicachectl.ops import monitoring as monitor
     from hicachectl.plans import router
@@ -385,6 +395,12 @@ def monitoring(inventory: str = common.InventoryOpt,
     for relative, content in rendered.files.items():
         (out / relative).parent.mkdir(parents=True, exist_ok=True)
         _write_rendered(out / relative, content, 0o644)
+    if json:
+        import json as json_module
+
+        typer.echo(json_module.dumps({"out": str(out), "written": [str(out / f) for f in rendered.files], "targets": len(rendered.targets),
+                                      "dashboard": str(out / monitor.DASHBOARD_FILE), "notes": [*rendered.notes, *router_notes]}, indent=1))
+        return
     for note in [*rendered.notes, *router_notes]:
         common.say(f"note: {note}")
     typer.echo(f"wrote {', '.join(rendered.files)} to {out}: {len(rendered.targets)} target(s); "
