@@ -71,6 +71,30 @@ def test_config_changes_leave_no_backup_clutter_beside_the_hand_made_one(base):
     assert (base / "cfg" / backups[0]).read_text() == "#!/bin/sh\n# hand-made\n"
 
 
+@pytest.mark.slow  # two site.yml runs
+def test_backups_an_earlier_release_left_are_removed_and_the_operators_kept(base):
+    """#34: before one previous config was kept, each change left a backup of every changed file in cfg/ (and
+    cfg.previous/). A deploy now removes those (files only the toolkit writes, or with its header), keeps the backup
+    of the operator's own start.sh, restarts nothing for it, and the next run changes nothing."""
+    cfg = base / "cfg"
+    cfg.mkdir(parents=True)
+    (cfg / "start.sh").write_text("#!/bin/sh\n# hand-made\n")
+    ours = {"start.sh.4242.2026-11-30@10:00:00~": "#!/usr/bin/env bash\n# Rendered by hicache-deploy for localhost from its inventory\n",
+            "installed.json.4242.2026-11-30@10:00:00~": '{"config_hash": "old"}\n'}
+    theirs = {"start.sh.77.2026-11-01@09:00:00~": "#!/bin/sh\n# an operator's earlier start.sh\n",
+              "start.sh.bak": "#!/usr/bin/env bash\n# Rendered by hicache-deploy, copied by hand\n"}  # not a backup of Ansible's
+    for name, text in {**ours, **theirs}.items():
+        (cfg / name).write_text(text)
+    first = playbook(base)
+    assert first.returncode == 0, first.stdout + first.stderr
+    left = {p.name for p in cfg.iterdir()}
+    assert not left & set(ours) and set(theirs) <= left, sorted(left)
+    # and the backup of the hand-made start.sh this first install replaced
+    assert [n for n in left - set(theirs) if n.startswith("start.sh.") and n.endswith("~")], sorted(left)
+    again = playbook(base)
+    assert again.returncode == 0 and recap(again.stdout)["changed"] == 0, again.stdout
+
+
 @pytest.mark.slow  # a whole site.yml run (10-25 s)
 def test_check_mode_reports_and_changes_nothing(base):
     run = playbook(base, "--check", "--diff")

@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import posixpath
 from typing import Any
 
 import jinja2
@@ -132,6 +133,7 @@ def files(d: Deployment) -> list[RenderedFile]:
 # installed.json describes the files in cfg/; the role copies it to deployed.json only once a server started
 # with them and answered /health, so deployed.json always describes what runs (status, rollback read it).
 INSTALLED, DEPLOYED = "installed.json", "deployed.json"
+RENDERED_BY = "Rendered by hicache-deploy"  # the first lines of every file the templates render (templates/*.j2)
 
 
 def config_hash(rendered: list[RenderedFile]) -> str:
@@ -174,7 +176,8 @@ class ServerPlan:
     # What hicache_files writes in one step: every file without a secret. Backed up only over files this toolkit did not
     # write (no installed.json of ours yet: first_install): after that, cfg.previous is the one previous config.
     public_files: list[dict[str, Any]]
-    # The secret files this config has none of (removed: an old secret does not stay on the host).
+    # The secret files this config has none of (removed: an old secret does not stay on the host), and the backups an
+    # earlier release left of files it wrote (stale_backups), removed in the same step.
     absent_secret_files: list[str]
     uring_fallback: bool
     uring_marker: str  # written when NIXL could not create its io_uring backend here: the POSIX plugin then runs posix_aio
@@ -190,6 +193,30 @@ class ServerPlan:
     # whose presence (the host facts read it) says a collector runs here. Neither: its tasks are not even included.
     l3_budget: bool = False
     collector_config: str = l3_collector.CONFIG_FILE
+    # The changed items of that step that change what the server runs (a restart): the files' labels, not a removed backup.
+    restart_items: list[str] = dataclasses.field(default_factory=list)
+
+
+def backed_up_files(d: Deployment) -> list[str]:
+    """The files whose backups the host facts list (hicache_host_facts' backups_of): every file without a secret that
+    the role writes in cfg/, and the same in cfg.previous/ (its copy for rollback). Never a secret file: a backup's
+    first lines travel to the controller."""
+    names = [f.name for f in files(d) if not f.secret] + [DEPLOYED]
+    previous = d.cfg_dir.rstrip("/") + ".previous"
+    return [f"{folder}/{name}" for folder in (d.cfg_dir.rstrip("/"), previous) for name in names]
+
+
+def stale_backups(d: Deployment, facts: dict[str, Any] | None) -> list[str]:
+    """The backups (Ansible's FILE.PID.DATE@TIME~) of files this toolkit wrote that an earlier release left in cfg/ and
+    cfg.previous/ (before #34 each change left one): toolkit-written when the file is one only the toolkit writes
+    (installed.json, deployed.json) or the backup's first lines carry the header of every file it renders. A backup
+    of the operator's own file (the first install's) has neither, and stays."""
+    stale = []
+    for path, head in sorted(((facts or {}).get("backups") or {}).items()):
+        original = posixpath.basename(path).rsplit(".", 2)[0]  # FILE of FILE.PID.YYYY-MM-DD@HH:MM:SS~
+        if original in (INSTALLED, DEPLOYED) or RENDERED_BY in (head or ""):
+            stale.append(path)
+    return stale
 
 
 def first_install(d: Deployment, facts: dict[str, Any] | None) -> bool:
@@ -225,7 +252,8 @@ def server_plan(d: Deployment, uring_fallback: bool = False, facts: dict[str, An
         files=[ServerFile(f.name, f.shown, f.mode, f.secret) for f in rendered],
         public_files=[{"path": f"{d.cfg_dir}/{f.name}", "content": f.content, "mode": f.mode, "owner": "root", "group": "root", "backup": first_install(d, facts),
           "label": f.name} for f in rendered if not f.secret],
-        absent_secret_files=[f"{d.cfg_dir}/{name}" for name in (secrets.SECRETS_ENV, secrets.SERVER_SECRETS_FILE) if name not in {f.name for f in rendered}],
+        absent_secret_files=[f"{d.cfg_dir}/{name}" for name in (secrets.SECRETS_ENV, secrets.SERVER_SECRETS_FILE) if name not in {f.name for f in rendered}]
+        + stale_backups(d, facts),
         uring_fallback=bool(uring_fallback and asks_uring),
         unit={"name": unit.name, "content": unit.content},
         health_url=f"http://{d.local_host}:{d.effective_port}/health",
@@ -236,4 +264,5 @@ def server_plan(d: Deployment, uring_fallback: bool = False, facts: dict[str, An
         strict=bool(d.strict),
         cannot_run=cannot_run,
         l3_budget=l3_collector.budgeted(d),
+        restart_items=[f.name for f in rendered if not f.secret] + [secrets.SECRETS_ENV, secrets.SERVER_SECRETS_FILE],
     )

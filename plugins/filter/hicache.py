@@ -99,10 +99,11 @@ def hicache_host_reads(hostvars, host):
     _core()
     variables = _hicache_vars(hostvars)
     # the storage role's own sysctl.d file (storage.rp_filter_sysctls), and what an older release wrote (storage.restored_tcp_slots)
-    reads = {"files": [storage.SYSCTL_FILE, storage.OLD_SUNRPC_MODPROBE_FILE], "units": []}
+    reads = {"files": [storage.SYSCTL_FILE, storage.OLD_SUNRPC_MODPROBE_FILE], "units": [], "backups_of": []}
     server, findings = rules.check_host(host, variables, "sglang_server")
     if not rules.has_errors(findings):
         reads["files"] += [f"{server.cfg_dir}/{sglang_server.DEPLOYED}", f"{server.cfg_dir}/{sglang_server.INSTALLED}", l3_collector.CONFIG_FILE]
+        reads["backups_of"] = sglang_server.backed_up_files(server)  # what an earlier release left (sglang_server.stale_backups)
     limited, findings = rules.check_host(host, variables, "host_limits")
     if not rules.has_errors(findings) and host_limits.runtime_service(limited):
         reads["units"] += host_limits.runtime_services(limited)  # each unit a container inherits memlock from

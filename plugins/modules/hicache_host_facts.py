@@ -28,7 +28,14 @@ options:
     elements: str
     default: []
   units:
-    description: systemd units whose C(LoadState) and C(LimitMEMLOCK) to report in RV(hicache_host.units) (where systemd runs).
+    description: systemd units whose C(LoadState), C(LimitMEMLOCK) and running limits to report in RV(hicache_host.units) (where systemd runs).
+    type: list
+    elements: str
+    default: []
+  backups_of:
+    description:
+      - Files whose backups (C(FILE.PID.YYYY-MM-DD@HH:MM:SS~), as Ansible's backup option names them) to report in
+        RV(hicache_host.backups) with their first lines. Never pass a file that may hold a secret.
     type: list
     elements: str
     default: []
@@ -133,6 +140,10 @@ hicache_host:
           it runs, C(limits), the text of its C(/proc/<MainPID>/limits) (what its children inherit now).
       type: dict
       sample: {docker.service: {LoadState: loaded, LimitMEMLOCK: infinity, MainPID: "812", limits: "Limit  Soft Limit ..."}}
+    backups:
+      description: Each backup of a file of O(backups_of) found beside it, with its first three lines (at most 512 bytes).
+      type: dict
+      sample: {"/opt/sglang-hicache/cfg/start.sh.4242.2026-12-01@10:00:00~": "#!/usr/bin/env bash\n# Rendered by hicache-deploy ...\n"}
     fstab_hicache_block:
       description: Whether /etc/fstab holds the block the storage role writes (C(# BEGIN hicache-deploy L3 tier)).
       type: bool
@@ -338,6 +349,28 @@ def free_gb(path):
     return {"path": path, "free_gb": round(usage.free / 1e9, 1)}
 
 
+BACKUP_SUFFIX = re.compile(r"\.\d+\.\d{4}-\d{2}-\d{2}@\d{2}:\d{2}:\d{2}~$")  # ansible.module_utils.basic backup_local's
+
+
+def backups(paths):
+    """{backup: its first three lines} for each backup Ansible's backup option left beside a file of `paths`."""
+    found = {}
+    for path in paths:
+        folder, name = os.path.split(path)
+        try:
+            entries = os.listdir(folder)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.startswith(name + ".") and BACKUP_SUFFIX.fullmatch(entry[len(name):]):
+                try:
+                    with open(os.path.join(folder, entry), errors="replace") as handle:
+                        found[os.path.join(folder, entry)] = "".join(handle.readline() for dummy in range(3))[:512]
+                except OSError:
+                    continue
+    return found
+
+
 def unit_properties(module, units, systemd):
     """LoadState, LimitMEMLOCK and MainPID of each unit (systemctl show) and, while it runs, the text of its process's
     /proc/<pid>/limits (judged on the controller: hicachectl/plans/host_limits.py parse_limits); {} without systemd."""
@@ -359,7 +392,8 @@ def unit_properties(module, units, systemd):
 def main():
     module = AnsibleModule(argument_spec={"disk_path": {"type": "str", "default": "/"},
                                           "read_files": {"type": "list", "elements": "str", "default": []},
-                                          "units": {"type": "list", "elements": "str", "default": []}},
+                                          "units": {"type": "list", "elements": "str", "default": []},
+                                          "backups_of": {"type": "list", "elements": "str", "default": []}},
                            supports_check_mode=True)
     systemd = os.path.isdir("/run/systemd/system")
     release = platform.release()
@@ -387,6 +421,7 @@ def main():
         "systemd": systemd,
         "files": {path: read_exact(path) for path in module.params["read_files"]},
         "units": unit_properties(module, module.params["units"], systemd),
+        "backups": backups(module.params["backups_of"]),
         "mountinfo": read("/proc/self/mountinfo", ""),
         "nixl_uring_failed": os.path.exists(URING_MARKER),
         # Whether /etc/fstab holds the storage role's block; never fstab itself (it may hold a CIFS password=).
