@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 import re
@@ -16,7 +17,7 @@ from strategies import NASTY, SERVED_NAME
 from support import ROOT, cli, cli_json
 
 from hicachectl.formats import tomlwriter
-from hicachectl.plans import host_files, host_limits, launch, nic_tuning, router, storage
+from hicachectl.plans import host_files, host_limits, launch, model, nic_tuning, router, storage
 
 
 @settings(max_examples=60, deadline=None)
@@ -255,7 +256,8 @@ def test_render_names_what_the_roles_leave_beyond_their_files():
     # stamp, irqbalance's give-back, NIXL's io_uring marker, and (where nfsrahead is absent) the read-ahead rule
     state = {"/var/lib/hicache/nic-ports.json", "/run/hicache/roce-tos.json", "/var/lib/hicache/irqbalance-stopped",
              "/etc/hicache/nixl-uring-unavailable", "/etc/udev/rules.d/90-hicache-l3-readahead.rules", "/usr/local/libexec/hicache-l3-readahead"}
-    assert set(kept) == {f"{d.cfg_dir}/deployed.json", f"{d.cfg_dir}.previous/"} | state, set(kept)
+    # and what the toolkit had the NVIDIA Container Toolkit write for the other runtime, left (the vast profile: Docker)
+    assert set(kept) == {f"{d.cfg_dir}/deployed.json", f"{d.cfg_dir}.previous/", "/etc/cdi/nvidia.yaml"} | state, set(kept)
     assert "nfsrahead" in kept["/etc/udev/rules.d/90-hicache-l3-readahead.rules"].what
     # a plan without host facts neither writes nor removes the read-ahead rule: whether nfsrahead is there is unknown
     removed = {path for _, path in host_files.server_host_files(d).removed}
@@ -266,6 +268,30 @@ def test_render_names_what_the_roles_leave_beyond_their_files():
     routed = {k.path: k.what for k in host_files.router_host_files(rd, {}).kept}
     assert set(routed) == {f"{rd.router_dir.rstrip('/')}/", f"{rd.router_dir.rstrip('/')}/wheels/"}
     assert "virtualenv" in routed[f"{rd.router_dir.rstrip('/')}/"] and "/srv/wheels/" in routed[f"{rd.router_dir.rstrip('/')}/wheels/"]
+
+
+def test_render_names_the_model_weights_and_what_the_model_role_and_a_left_runtime_leave():
+    """#34's operator audit: render --json did not list the weights the model role downloads, its stamp and in-progress
+    marker and a shared directory's lock, nor what nvidia-ctk wrote for a runtime the host no longer uses."""
+    d = deployment("vast", model_source="hub", model_repo="Qwen/Qwen3-8B", model_dir="/mnt/models/qwen3", model_share="tier")
+    kept = {k.path: k for k in host_files.server_host_files(d).kept}
+    for name in ("", model.STAMP, model.MARKER, model.DOWNLOAD_LOCK):
+        assert f"/mnt/models/qwen3/{name}" in kept and kept[f"/mnt/models/qwen3/{name}"].role == "model", (name, sorted(kept))
+    assert "Qwen/Qwen3-8B" in kept["/mnt/models/qwen3/"].what
+    unshared = {k.path for k in host_files.server_host_files(deployment("vast", model_source="hub", model_repo="Qwen/Qwen3-8B",
+                                                                                   model_dir="/mnt/models/qwen3")).kept}
+    assert f"/mnt/models/qwen3/{model.DOWNLOAD_LOCK}" not in unshared and f"/mnt/models/qwen3/{model.STAMP}" in unshared
+    checked = {k.path for k in host_files.server_host_files(deployment("vast", model_source="path", model_dir="/mnt/models/qwen3")).kept}
+    assert "/mnt/models/qwen3/" in checked and f"/mnt/models/qwen3/{model.STAMP}" not in checked  # weights put there by hand
+    # the names the host-side module uses (it runs without hicachectl)
+    spec = importlib.util.spec_from_file_location("hicache_model_stamp", ROOT / "plugins/modules/hicache_model_stamp.py")
+    stamp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stamp)
+    assert (stamp.STAMP, stamp.MARKER, stamp.DOWNLOAD_LOCK) == (model.STAMP, model.MARKER, model.DOWNLOAD_LOCK)
+    # a host that left Docker for no container: Docker's daemon.json as nvidia-ctk left it is named, not removed
+    bare = host_files.server_host_files(deployment("vast", container_runtime="none", cache_container_dir=None, model_dir=None))
+    assert {"/etc/docker/daemon.json", "/etc/cdi/nvidia.yaml"} <= {k.path for k in bare.kept}
+    assert "/etc/docker/daemon.json" not in {p for _, p in bare.removed}
 
 
 def test_render_never_shows_the_routers_index_credential_in_what_it_lists(tmp_path):

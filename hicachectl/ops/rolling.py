@@ -20,7 +20,7 @@ from typing import Any
 from hicachectl import rules
 from hicachectl.config.deployment import Deployment, version_tuple
 from hicachectl.ops import metrics
-from hicachectl.plans import router, sglang_image
+from hicachectl.plans import model, router, sglang_image
 
 # SGLang's scheduler gauges (python/sglang/srt/observability/metrics_collector.py): requests being run and
 # requests waiting for the GPU. Every rank's series counts: a drained server has none anywhere.
@@ -92,7 +92,7 @@ def downgrade(d: Deployment, running: Mapping[str, Any] | None) -> str:
 # --- one download per shared model directory (issue #24, item 7) ----------------------------------------------------
 # The lock's file, in the shared directory itself (its parent may be another host's own disk); the model role takes it
 # with hicache_lock, and plugins/modules/hicache_model_stamp.py neither lists it among the model's files nor empties it.
-DOWNLOAD_LOCK = ".hicache-download.lock"
+DOWNLOAD_LOCK = model.DOWNLOAD_LOCK
 
 
 def _download_key(d: Deployment) -> tuple:

@@ -14,7 +14,7 @@ import jinja2
 
 from hicachectl.config.deployment import Deployment
 from hicachectl.config.paths import ROLES
-from hicachectl.plans import container_runtime, host_limits, l3_collector, nic_tuning, router, sglang_server, storage
+from hicachectl.plans import container_runtime, host_limits, l3_collector, model, nic_tuning, router, sglang_server, storage
 
 FSTAB = "/etc/fstab"
 
@@ -134,6 +134,38 @@ def _state_kept(d: Deployment) -> list[Kept]:
     return kept
 
 
+def _model_kept(d: Deployment) -> list[Kept]:
+    """What the model role leaves in hicache_model_dir (roles/model/tasks/weights.yml): the weights, and beside them
+    its stamp, its in-progress marker and, in a shared directory, its download lock."""
+    if not d.model_source or not d.model_dir:
+        return []
+    where = d.model_dir.rstrip("/")
+    if d.model_source == "path":
+        return [Kept("model", f"{where}/", "the model weights, put there by the operator and checked (config.json, hicache_model_files' sha256)")]
+    kept = [Kept("model", f"{where}/", f"the model weights, {d.model_repo}@{d.model_revision or 'the default revision'} downloaded from the hub "
+                                       "(once: the stamp beside them says what is there)"),
+            Kept("model", f"{where}/{model.STAMP}", "the download's stamp: repository, revision and every file's size (another, or a file "
+                                                    "gone or resized, downloads again)"),
+            Kept("model", f"{where}/{model.MARKER}", "present while a download runs, or after one was cut short: the next run resumes it")]
+    if d.model_share:
+        kept.append(Kept("model", f"{where}/{model.DOWNLOAD_LOCK}", f"the download lock of the directory shared as {d.model_share}"))
+    return kept
+
+
+def _runtime_left(d: Deployment) -> list[Kept]:
+    """What the NVIDIA Container Toolkit wrote for a runtime this deployment no longer uses: the runtime's own
+    configuration, which other containers may rely on, so it is left as it is and named (runtime_tool_files)."""
+    runtime = container_runtime.runtime_plan(d).runtime
+    left = []
+    if runtime != "docker":
+        left.append(Kept("container_runtime", "/etc/docker/daemon.json", "Docker's own config: the nvidia runtime `nvidia-ctk runtime configure` "
+                         "added while the server ran in Docker stays (other containers may use it); remove it there if none does"))
+    if runtime != "podman":
+        left.append(Kept("container_runtime", "/etc/cdi/nvidia.yaml", "the GPUs' CDI spec `nvidia-ctk cdi generate` wrote while the server "
+                         "ran in Podman stays (other containers may use it); remove it if none does"))
+    return left
+
+
 def server_host_files(d: Deployment, fleet=None) -> HostChanges:
     """Every file site.yml's server play writes on a server, role by role in the play's order (nic_tuning, storage,
     host_limits, sglang_server), from each role's plan without host facts. What depends on the host (which ports
@@ -168,7 +200,7 @@ def server_host_files(d: Deployment, fleet=None) -> HostChanges:
             Kept("sglang_server", f"{server.previous_dir}/",
                  "the previous config, a copy of cfg/ as it ran before the last change: what a failed start and `hicachectl rollback` "
                  "put back (one, replaced at each change)")]
-    kept += _state_kept(d)
+    kept += _state_kept(d) + _model_kept(d) + _runtime_left(d)
     if fleet is not None and d.inventory_host in fleet:
         collector = l3_collector.plan(d.inventory_host, {**fleet, d.inventory_host: d})
         out += [HostFile("sglang_server", f["path"], f["content"], f["mode"]) for f in collector.files]

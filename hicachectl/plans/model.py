@@ -8,6 +8,13 @@ from typing import Any
 from hicachectl.config.deployment import Deployment
 from hicachectl.plans.plan import has_tool
 
+# What the model role leaves in hicache_model_dir beside the weights, named as plugins/modules/hicache_model_stamp.py
+# names them (it runs on the host, without hicachectl: tests/test_model_stamp.py holds the two to each other).
+STAMP = ".hicache-downloaded"  # repository, revision and every file's size, written once a download finished
+MARKER = ".hicache-downloading"  # a download under way, or cut short: the next run resumes it
+# The download lock of a shared directory (ops/rolling.py model_download), in the directory itself.
+DOWNLOAD_LOCK = ".hicache-download.lock"
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ModelPlan:
