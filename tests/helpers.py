@@ -118,3 +118,16 @@ def proc_limits(memlock_soft: str = "8388608", memlock_hard: str = "8388608") ->
             ("Max stack size", "8388608", "unlimited", "bytes"), ("Max open files", "1048576", "1048576", "files"),
             ("Max locked memory", memlock_soft, memlock_hard, "bytes"), ("Max nice priority", "0", "0", "")]
     return "".join(f"{name:<25} {soft:<20} {hard:<20} {units:<10}\n" for name, soft, hard, units in rows)
+
+
+def load_plugin(relative: str):
+    """A file of the collection (plugins/modules/x.py, plugins/filter/x.py) as a Python module, as Ansible loads it."""
+    import importlib.util
+
+    from support import ROOT
+
+    path = ROOT / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
 import re
@@ -10,7 +9,7 @@ import sys
 import tomllib
 
 import seeds
-from helpers import deployment, rendered
+from helpers import deployment, load_plugin, rendered
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import NASTY, SERVED_NAME
@@ -275,7 +274,7 @@ def test_render_names_the_model_weights_and_what_the_model_role_and_a_left_runti
     marker and a shared directory's lock, nor what nvidia-ctk wrote for a runtime the host no longer uses."""
     d = deployment("vast", model_source="hub", model_repo="Qwen/Qwen3-8B", model_dir="/mnt/models/qwen3", model_share="tier")
     kept = {k.path: k for k in host_files.server_host_files(d).kept}
-    for name in ("", model.STAMP, model.MARKER, model.DOWNLOAD_LOCK):
+    for name in ("", model.STAMP, model.MARKER, model.DOWNLOAD_LOCK, model.DOWNLOAD_LOCK + ".guard"):
         assert f"/mnt/models/qwen3/{name}" in kept and kept[f"/mnt/models/qwen3/{name}"].role == "model", (name, sorted(kept))
     assert "Qwen/Qwen3-8B" in kept["/mnt/models/qwen3/"].what
     unshared = {k.path for k in host_files.server_host_files(deployment("vast", model_source="hub", model_repo="Qwen/Qwen3-8B",
@@ -284,9 +283,7 @@ def test_render_names_the_model_weights_and_what_the_model_role_and_a_left_runti
     checked = {k.path for k in host_files.server_host_files(deployment("vast", model_source="path", model_dir="/mnt/models/qwen3")).kept}
     assert "/mnt/models/qwen3/" in checked and f"/mnt/models/qwen3/{model.STAMP}" not in checked  # weights put there by hand
     # the names the host-side module uses (it runs without hicachectl)
-    spec = importlib.util.spec_from_file_location("hicache_model_stamp", ROOT / "plugins/modules/hicache_model_stamp.py")
-    stamp = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(stamp)
+    stamp = load_plugin("plugins/modules/hicache_model_stamp.py")
     assert (stamp.STAMP, stamp.MARKER, stamp.DOWNLOAD_LOCK) == (model.STAMP, model.MARKER, model.DOWNLOAD_LOCK)
     # a host that left Docker for no container: Docker's daemon.json as nvidia-ctk left it is named, not removed
     bare = host_files.server_host_files(deployment("vast", container_runtime="none", cache_container_dir=None, model_dir=None))

@@ -198,9 +198,9 @@ class ServerPlan:
 
 
 def backed_up_files(d: Deployment) -> list[str]:
-    """The files whose backups the host facts list (hicache_host_facts' backups_of): every file without a secret that
-    the role writes in cfg/, and the same in cfg.previous/ (its copy for rollback). Never a secret file: a backup's
-    first lines travel to the controller."""
+    """The files whose backups the host facts list (hicache_host_facts' backups_of, each with whether it carries
+    RENDERED_BY): every file without a secret that the role writes in cfg/, and the same in cfg.previous/ (its copy for
+    rollback)."""
     names = [f.name for f in files(d) if not f.secret] + [DEPLOYED]
     previous = d.cfg_dir.rstrip("/") + ".previous"
     return [f"{folder}/{name}" for folder in (d.cfg_dir.rstrip("/"), previous) for name in names]
@@ -209,12 +209,13 @@ def backed_up_files(d: Deployment) -> list[str]:
 def stale_backups(d: Deployment, facts: dict[str, Any] | None) -> list[str]:
     """The backups (Ansible's FILE.PID.DATE@TIME~) of files this toolkit wrote that an earlier release left in cfg/ and
     cfg.previous/ (before #34 each change left one): toolkit-written when the file is one only the toolkit writes
-    (installed.json, deployed.json) or the backup's first lines carry the header of every file it renders. A backup
+    (installed.json, deployed.json) or the backup's first lines carry the header of every file it renders (the host
+    facts say whether: no backup's text leaves the host, an operator's own may hold a secret). A backup
     of the operator's own file (the first install's) has neither, and stays."""
     stale = []
-    for path, head in sorted(((facts or {}).get("backups") or {}).items()):
+    for path, marked in sorted(((facts or {}).get("backups") or {}).items()):
         original = posixpath.basename(path).rsplit(".", 2)[0]  # FILE of FILE.PID.YYYY-MM-DD@HH:MM:SS~
-        if original in (INSTALLED, DEPLOYED) or RENDERED_BY in (head or ""):
+        if original in (INSTALLED, DEPLOYED) or marked is True:  # marked: its first lines hold RENDERED_BY (the host judged)
             stale.append(path)
     return stale
 

@@ -78,7 +78,8 @@ def hicache_fleet_findings(all_hostvars, hosts):
     # The inventory's routers, whatever the play, with their variables (a router and a server on one machine and port).
     routers = {host: plain(_hicache_vars(all_hostvars[host])) for host in all_hostvars if _is_router(all_hostvars[host])}
     router_reach = {host: plain({k: all_hostvars[host][k] for k in reach if k in all_hostvars[host]}) for host in routers}
-    fleet = (rules.check_fleet(dict.fromkeys(hosts, {}), connections) + rules.check_fleet(dict.fromkeys(routers_played, {}), connections)
+    fleet = (rules.check_fleet(dict.fromkeys(hosts, {}), connections)
+             + rules.check_routers({host: plain(_hicache_vars(all_hostvars[host])) for host in routers_played}, connections)
              + rules.check_shared_tiers(deployments)
              + rules.check_routed(deployments, routers, {**connections, **router_reach}))
     return findings + [dict(f.as_dict(), text=f.format()) for f in fleet]
@@ -99,7 +100,7 @@ def hicache_host_reads(hostvars, host):
     _core()
     variables = _hicache_vars(hostvars)
     # the storage role's own sysctl.d file (storage.rp_filter_sysctls), and what an older release wrote (storage.restored_tcp_slots)
-    reads = {"files": [storage.SYSCTL_FILE, storage.OLD_SUNRPC_MODPROBE_FILE], "units": [], "backups_of": []}
+    reads = {"files": [storage.SYSCTL_FILE, storage.OLD_SUNRPC_MODPROBE_FILE], "units": [], "backups_of": [], "backup_marker": sglang_server.RENDERED_BY}
     server, findings = rules.check_host(host, variables, "sglang_server")
     if not rules.has_errors(findings):
         reads["files"] += [f"{server.cfg_dir}/{sglang_server.DEPLOYED}", f"{server.cfg_dir}/{sglang_server.INSTALLED}", l3_collector.CONFIG_FILE]

@@ -35,10 +35,15 @@ options:
   backups_of:
     description:
       - Files whose backups (C(FILE.PID.YYYY-MM-DD@HH:MM:SS~), as Ansible's backup option names them) to report in
-        RV(hicache_host.backups) with their first lines. Never pass a file that may hold a secret.
+        RV(hicache_host.backups), each with whether its first lines hold O(backup_marker). No backup's text leaves the
+        host (an operator's own file may hold anything).
     type: list
     elements: str
     default: []
+  backup_marker:
+    description: The text whose presence in a backup's first three lines RV(hicache_host.backups) reports.
+    type: str
+    default: ""
 notes:
   - Supports check mode.
 author: hicache-deploy developers (@hicache-deploy)
@@ -141,9 +146,9 @@ hicache_host:
       type: dict
       sample: {docker.service: {LoadState: loaded, LimitMEMLOCK: infinity, MainPID: "812", limits: "Limit  Soft Limit ..."}}
     backups:
-      description: Each backup of a file of O(backups_of) found beside it, with its first three lines (at most 512 bytes).
+      description: Each backup of a file of O(backups_of) found beside it, and whether its first lines hold O(backup_marker).
       type: dict
-      sample: {"/opt/sglang-hicache/cfg/start.sh.4242.2026-12-01@10:00:00~": "#!/usr/bin/env bash\n# Rendered by hicache-deploy ...\n"}
+      sample: {"/opt/sglang-hicache/cfg/start.sh.4242.2026-12-01@10:00:00~": true}
     fstab_hicache_block:
       description: Whether /etc/fstab holds the block the storage role writes (C(# BEGIN hicache-deploy L3 tier)).
       type: bool
@@ -352,8 +357,9 @@ def free_gb(path):
 BACKUP_SUFFIX = re.compile(r"\.\d+\.\d{4}-\d{2}-\d{2}@\d{2}:\d{2}:\d{2}~$")  # ansible.module_utils.basic backup_local's
 
 
-def backups(paths):
-    """{backup: its first three lines} for each backup Ansible's backup option left beside a file of `paths`."""
+def backups(paths, marker):
+    """{backup: whether its first three lines (4 KiB at most) hold `marker`} for each backup Ansible's backup option
+    left beside a file of `paths`. Only that answer leaves the host, never a backup's text."""
     found = {}
     for path in paths:
         folder, name = os.path.split(path)
@@ -365,7 +371,8 @@ def backups(paths):
             if entry.startswith(name + ".") and BACKUP_SUFFIX.fullmatch(entry[len(name):]):
                 try:
                     with open(os.path.join(folder, entry), errors="replace") as handle:
-                        found[os.path.join(folder, entry)] = "".join(handle.readline() for dummy in range(3))[:512]
+                        head = "".join(handle.readline(4096) for dummy in range(3))
+                    found[os.path.join(folder, entry)] = bool(marker) and marker in head
                 except OSError:
                     continue
     return found
@@ -393,7 +400,8 @@ def main():
     module = AnsibleModule(argument_spec={"disk_path": {"type": "str", "default": "/"},
                                           "read_files": {"type": "list", "elements": "str", "default": []},
                                           "units": {"type": "list", "elements": "str", "default": []},
-                                          "backups_of": {"type": "list", "elements": "str", "default": []}},
+                                          "backups_of": {"type": "list", "elements": "str", "default": []},
+                                          "backup_marker": {"type": "str", "default": ""}},
                            supports_check_mode=True)
     systemd = os.path.isdir("/run/systemd/system")
     release = platform.release()
@@ -421,7 +429,7 @@ def main():
         "systemd": systemd,
         "files": {path: read_exact(path) for path in module.params["read_files"]},
         "units": unit_properties(module, module.params["units"], systemd),
-        "backups": backups(module.params["backups_of"]),
+        "backups": backups(module.params["backups_of"], module.params["backup_marker"]),
         "mountinfo": read("/proc/self/mountinfo", ""),
         "nixl_uring_failed": os.path.exists(URING_MARKER),
         # Whether /etc/fstab holds the storage role's block; never fstab itself (it may hold a CIFS password=).

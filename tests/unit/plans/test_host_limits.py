@@ -10,7 +10,6 @@ Docker 20.10 in a VM; here the plan and the role's check are tested on this mach
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pathlib
 import subprocess
@@ -18,7 +17,7 @@ import sys
 
 import pytest
 import yaml
-from helpers import deployment, proc_limits
+from helpers import deployment, load_plugin, proc_limits
 from support import ROOT
 
 from hicachectl.plans import container_runtime, host_limits
@@ -150,9 +149,7 @@ def loaded(pid: int, memlock: str) -> dict:
 def test_the_host_facts_read_each_units_running_limits(units):
     """hicache_host_facts' unit_properties: what `systemctl show` says of each unit and, while it runs, its process's
     /proc/<pid>/limits, which the role's checks judge without reading the host again (read.yml's awk before)."""
-    spec = importlib.util.spec_from_file_location("hicache_host_facts", ROOT / "plugins/modules/hicache_host_facts.py")
-    facts = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(facts)
+    facts = load_plugin("plugins/modules/hicache_host_facts.py")
     running = units.process_with_memlock(8 * 1024 * 1024)
     shown = {"containerd.service": f"LoadState=loaded\nLimitMEMLOCK=infinity\nMainPID={running}\n",
              "docker.service": "LoadState=loaded\nLimitMEMLOCK=infinity\nMainPID=0\n", "gone.service": "LoadState=not-found\nMainPID=0\n"}
