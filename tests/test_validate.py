@@ -321,14 +321,22 @@ def test_with_routers_a_worker_url_on_loopback_is_refused_where_a_router_is_else
 
 
 def test_routers_get_the_fleet_checks_too(tmp_path):
-    """Two routers at one address and port are one machine; a router at a documentation address is a placeholder.
-    Routers skipped the fleet rules before (#34's audit)."""
+    """Two routers on one machine with the same unit and ports would replace each other; a router at a documentation
+    address is a placeholder, one at 'a b' no address. Routers skipped the fleet rules before (#34's audit). Two
+    routers on one machine, each with its own unit, directory and ports, are fine (helper audit)."""
     inventory = make_inventory(tmp_path, {**VALID, "hicache_host": "0.0.0.0"})
     _with_routers(inventory, {"router-1": {"ansible_host": "10.20.30.40", "ansible_user": "root"},
                               "router-2": {"ansible_host": "10.20.30.40", "ansible_user": "root"},
-                              "router-3": {"ansible_host": "192.0.2.7", "ansible_user": "root"}})
-    assert sorted(_errors(inventory)) == [("router-1", "ansible_host", "duplicate-host"), ("router-2", "ansible_host", "duplicate-host"),
-                                  ("router-3", "ansible_host", "documentation-address")]
+                              "router-3": {"ansible_host": "192.0.2.7", "ansible_user": "root"},
+                              "router-4": {"ansible_host": "a b", "ansible_user": "root"}})
+    assert sorted(_errors(inventory)) == [("router-2", "ansible_host", "duplicate-host"), ("router-3", "ansible_host", "documentation-address"),
+                                          ("router-4", "ansible_host", "host-address")]
+    inventory = make_inventory(tmp_path / "two-units", {**VALID, "hicache_host": "0.0.0.0"},
+                               {"router-2": {"hicache_router_service_name": "sglang-router-b", "hicache_router_dir": "/opt/sglang-router-b",
+                                             "hicache_router_port": 8100, "hicache_router_prometheus_port": 29100}})
+    _with_routers(inventory, {"router-1": {"ansible_host": "10.20.30.40", "ansible_user": "root"},
+                              "router-2": {"ansible_host": "10.20.30.40", "ansible_user": "root"}})
+    assert _errors(inventory) == []
 
 
 def test_a_host_in_the_servers_and_the_routers_group_is_refused(tmp_path):
@@ -346,23 +354,40 @@ def test_a_misspelled_variable_is_refused_not_ignored(tmp_path):
     """HICACHE_STRICT, hicache-strict or hicahce_... are read by no role: their values were lost without a word and the
     defaults used (#34's operator audit). Refused by validate and the collection's validate play, naming the variable
     meant; names nothing like ours are left alone."""
-    inventory = make_inventory(tmp_path, {**VALID, "HICACHE_STRICT": False, "my_own_setting": 1}, {"gpu-b": {"hicahce_port": 30001}})
+    # a helper of the user's own, templated into a catalogue variable, is not a misspelling (helper audit)
+    inventory = make_inventory(tmp_path, {**VALID, "HICACHE_STRICT": False, "my_own_setting": 1, "_hicache_base_dir": "/srv/hicache",
+                                          "hicache_base_dir": "{{ _hicache_base_dir }}"}, {"gpu-b": {"hicahce_port": 30001}})
     found = sorted(_errors(inventory))
-    assert found == [("gpu-a", "HICACHE_STRICT", "variable-name"), ("gpu-b", "HICACHE_STRICT", "variable-name"),
-                     ("gpu-b", "hicahce_port", "variable-name")], found
+    assert found == [("gpu-a", "HICACHE_STRICT", "variable-name"), ("gpu-b", "HICACHE_STRICT", "variable-name")], found
+    report = json.loads(validate_here(inventory, "--json").stdout)
+    near = [(f["host"], f["variable"], f["level"]) for f in report["findings"] if f["rule"] == "variable-name" and f["level"] == "warning"]
+    assert near == [("gpu-b", "hicahce_port", "warning")], near  # a near miss may be a name of the user's own: a warning
     shown = validate_here(inventory).output
     assert "rename it to hicache_port" in shown and "rename it to hicache_strict" in shown and "my_own_setting" not in shown, shown
+    assert "_hicache_base_dir" not in shown, shown
     played = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory), "playbooks/site.yml"],
                             cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert played.returncode != 0 and "[variable-name]" in played.stdout and "rename it to hicache_port" in played.stdout, played.stdout[-3000:]
+    assert played.returncode != 0 and "[variable-name]" in played.stdout and "rename it to hicache_strict" in played.stdout, played.stdout[-3000:]
 
 
 def test_host_vars_of_no_host_are_named(tmp_path):
     """host_vars/<name>.yml of a name the inventory does not hold is read by Ansible for nobody (#34's operator audit:
     a renamed host's settings lost without a word): a warning naming the file; a host's own host_vars are not."""
-    inventory = make_inventory(tmp_path, VALID, {"gpu-b": {"hicache_port": 30001}, "gpu-99": {"hicache_port": 30002}})
+    # localhost.yml is Ansible's implicit localhost's (the playbooks' controller plays): not an orphan (helper audit)
+    inventory = make_inventory(tmp_path, VALID, {"gpu-b": {"hicache_port": 30001}, "gpu-99": {"hicache_port": 30002},
+                                                 "localhost": {"ansible_python_interpreter": "/usr/bin/python3"}})
     (inventory / "host_vars/gpu-98").mkdir()
     report = json.loads(validate_here(inventory, "--json").stdout)
     orphans = sorted((f["host"], f["level"], f["rule"]) for f in report["findings"] if f["rule"] == "host-vars-orphan")
     assert orphans == [("gpu-98", "warning", "host-vars-orphan"), ("gpu-99", "warning", "host-vars-orphan")], report["findings"]
     assert any(str(inventory / "host_vars/gpu-99.yml") in f["message"] for f in report["findings"]), report["findings"]
+
+
+def test_a_server_address_no_worker_url_can_hold_or_an_unspecified_one_is_refused_with_routers(tmp_path):
+    """Helper audit of #34's rules: an IPv6 link-local address with its zone (fe80::1%eth0) is a valid ansible_host,
+    but no worker URL holds it (the router keeps URLs verbatim): validate passed and the router's deploy failed.
+    And a hicache_worker_url at 0.0.0.0 is this machine to a router elsewhere, as loopback is."""
+    inventory = make_inventory(tmp_path, {**VALID, "hicache_host": "0.0.0.0"}, {"gpu-b": {"hicache_worker_url": "http://0.0.0.0:30000"}})
+    _with_routers(inventory, {"router-1": {"ansible_host": "10.20.30.40", "ansible_user": "root"}},
+                  gpu_a={"ansible_host": "fe80::1%eth0"}, gpu_b={"ansible_host": "10.20.30.42"})
+    assert sorted(_errors(inventory)) == [("gpu-a", "ansible_host", "router-reach"), ("gpu-b", "hicache_worker_url", "router-reach")]

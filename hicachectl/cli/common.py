@@ -102,7 +102,7 @@ def check(inventory: str, limit: str | None, overrides: dict | None = None, *, o
         findings.extend(host_findings)
     findings.extend(rules.check_fleet(inv.hosts, getattr(inv, "connections", None)))  # across hosts: one machine twice
     # the routers among themselves (a router may share a machine with a server: check_router_clash judges that)
-    findings.extend(rules.check_fleet(getattr(inv, "routers", {}), getattr(inv, "connections", None)))
+    findings.extend(rules.check_routers(getattr(inv, "routers", {}), getattr(inv, "connections", None)))
     findings.extend(rules.check_server_or_router(getattr(inv, "in_both", ())))
     for host, typos in getattr(inv, "misspelled", {}).items():
         findings.extend(misspelled_variables(host, typos))

@@ -447,7 +447,8 @@ def load(name_or_path: str, limit: str | None = None) -> Inventory:
     # Ansible's host_group_vars plugin reads host_vars/<host>, <host>.yml, .yaml, .json and a directory <host>/
     named = {f: f.name if f.is_dir() or f.suffix == "" else f.stem for f in sorted(host_vars_dir.glob("*")) if host_vars_dir.is_dir()
              and not f.name.startswith(".") and (f.is_dir() or f.suffix in ("", ".yml", ".yaml", ".json"))}
-    orphans = {name: str(f) for f, name in named.items() if name not in every}
+    # localhost: Ansible's implicit host (the playbooks' controller plays) reads host_vars/localhost.yml too
+    orphans = {name: str(f) for f, name in named.items() if name not in every and name != "localhost"}
     return Inventory(name=name_or_path, path=path, hosts=servers, notes=list(dict.fromkeys(notes)), connections=connections,
                      routers=router_vars, plain_secrets=plain_secrets,
                      in_both=[h.name for h in hosts if h.name in routers and h.name in grouped_servers], misspelled=misspelled, orphan_host_vars=orphans)

@@ -476,7 +476,9 @@ def misspelled(name: str) -> str | None:
     import difflib
 
     head = name[:len("hicache_")].lower().replace("-", "_")
-    if name.startswith("hicache_") or difflib.SequenceMatcher(None, head, "hicache_").ratio() < 0.75:
+    # A name starting with "_" is a helper of the user's own (_hicache_base_dir templated into hicache_base_dir), or
+    # one of the roles' internal facts (__hicache_image): never a misspelling.
+    if name.startswith(("hicache_", "_")) or difflib.SequenceMatcher(None, head, "hicache_").ratio() < 0.75:
         return None
     close = difflib.get_close_matches(name.lower().replace("-", "_"), BY_NAME, n=1, cutoff=0.85)
     return close[0] if close else None

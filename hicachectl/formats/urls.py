@@ -32,15 +32,17 @@ def normalize(url: str) -> str:
     return f"{parts.scheme.lower()}://{parts.netloc.lower()}"
 
 
-def is_loopback(host: str) -> bool:
-    """Whether a URL's or an address's host is this machine only (127.0.0.0/8, ::1, localhost)."""
+def is_loopback(host: str, unspecified: bool = False) -> bool:
+    """Whether a URL's or an address's host is this machine only (127.0.0.0/8, ::1, localhost). With `unspecified`,
+    0.0.0.0 and :: too: as a destination (a URL's host) they mean this machine; as a bind address, every interface."""
     host = str(host).strip().strip("[]").lower().rstrip(".")
-    if host == "localhost" or host.endswith(".localhost"):
+    if host in ("localhost", "localhost.localdomain") or host.endswith(".localhost"):
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
         return False
+    return address.is_loopback or (unspecified and address.is_unspecified)
 
 
 _LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"

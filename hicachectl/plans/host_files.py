@@ -148,7 +148,8 @@ def _model_kept(d: Deployment) -> list[Kept]:
                                                     "gone or resized, downloads again)"),
             Kept("model", f"{where}/{model.MARKER}", "present while a download runs, or after one was cut short: the next run resumes it")]
     if d.model_share:
-        kept.append(Kept("model", f"{where}/{model.DOWNLOAD_LOCK}", f"the download lock of the directory shared as {d.model_share}"))
+        kept += [Kept("model", f"{where}/{model.DOWNLOAD_LOCK}", f"the download lock of the directory shared as {d.model_share}"),
+                 Kept("model", f"{where}/{model.DOWNLOAD_LOCK}.guard", "the lock's guard file (hicache_lock takes the lock under it)")]
     return kept
 
 
@@ -158,11 +159,11 @@ def _runtime_left(d: Deployment) -> list[Kept]:
     runtime = container_runtime.runtime_plan(d).runtime
     left = []
     if runtime != "docker":
-        left.append(Kept("container_runtime", "/etc/docker/daemon.json", "Docker's own config: the nvidia runtime `nvidia-ctk runtime configure` "
-                         "added while the server ran in Docker stays (other containers may use it); remove it there if none does"))
+        left.append(Kept("container_runtime", "/etc/docker/daemon.json", "only if the server ran in Docker before: the nvidia runtime "
+                         "`nvidia-ctk runtime configure` added to Docker's own config then stays (other containers may use it)"))
     if runtime != "podman":
-        left.append(Kept("container_runtime", "/etc/cdi/nvidia.yaml", "the GPUs' CDI spec `nvidia-ctk cdi generate` wrote while the server "
-                         "ran in Podman stays (other containers may use it); remove it if none does"))
+        left.append(Kept("container_runtime", "/etc/cdi/nvidia.yaml", "only if the server ran in Podman before: the GPUs' CDI spec "
+                         "`nvidia-ctk cdi generate` wrote then stays (other containers may use it)"))
     return left
 
 

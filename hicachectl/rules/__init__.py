@@ -37,7 +37,7 @@ from typing import Any
 from hicachectl.config import schema, secrets
 from hicachectl.config.deployment import PREFIX, build
 from hicachectl.rules.findings import ERROR, WARNING, Finding, check_deployment, group_findings, has_errors, rule
-from hicachectl.rules.fleet import check_fleet, check_routed, check_server_or_router, check_shared_tiers
+from hicachectl.rules.fleet import check_fleet, check_routed, check_routers, check_server_or_router, check_shared_tiers
 from hicachectl.rules.output import compact_hosts
 from hicachectl.rules.storage import remote_port_count
 from hicachectl.rules.variables import _check_host_name, check_variables
@@ -45,7 +45,7 @@ from hicachectl.rules.variables import _strings as _strings  # tests/test_inject
 
 rule(secrets.check)  # after every rule of this package
 
-__all__ = ["ERROR", "WARNING", "Finding", "build", "check_deployment", "check_fleet", "check_host", "check_routed", "check_server_or_router", "check_shared_tiers",
+__all__ = ["ERROR", "WARNING", "Finding", "build", "check_deployment", "check_fleet", "check_host", "check_routed", "check_routers", "check_server_or_router", "check_shared_tiers",
            "check_variables", "compact_hosts", "group_findings", "has_errors", "remote_port_count", "rule"]
 
 _VARIABLE = re.compile(PREFIX + r"[a-z0-9_]+")  # the variable a finding's path starts with (hicache_x.key[0])

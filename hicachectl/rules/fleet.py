@@ -55,6 +55,36 @@ def check_fleet(hosts: Mapping[str, Mapping[str, Any]], connections: Mapping[str
     return findings
 
 
+def check_routers(routers: Mapping[str, Mapping[str, Any]], connections: Mapping[str, Mapping[str, Any]] | None = None) -> list[Finding]:
+    """The routers among themselves: each reached at an address that can be a machine's (host-address) and not a
+    documentation placeholder; two on one machine (check_fleet's machine) may share it, each with its own unit,
+    directory and ports, but not one of those (the second unit would replace the first, or fail to bind)."""
+    from hicachectl.config import schema
+
+    findings = _bad_addresses(routers, connections) + _documentation_hosts(routers, connections)
+    defaults = {v.name: v.default for v in schema.VARIABLES if v.name in ("hicache_router_service_name", "hicache_router_dir")}
+    machines: dict[tuple[str, str], list[str]] = {}
+    for host, variables in routers.items():
+        machines.setdefault(_reached_at(host, variables or {}, connections), []).append(host)
+    for (address, port), names in machines.items():
+        taken: dict[str, str] = {}
+        for host in names:
+            variables = routers[host] or {}
+            owned = [f"port {p}" for p in _router_ports(variables)]
+            owned += [f"{name.removeprefix('hicache_router_').replace('_', ' ')} {variables.get(name) or defaults[name]}" for name in defaults]
+            for thing in owned:
+                other = taken.setdefault(thing, host)
+                if other != host:
+                    where = address if not port else f"{address}, port {port}"
+                    findings.append(Finding(
+                        ERROR, host, "ansible_host", "duplicate-host",
+                        f"{other} and {host} are routers on one machine ({where}) with the same {thing}: the second would replace the "
+                        "first or fail to start.",
+                        f"give {host} its own hicache_router_service_name, hicache_router_dir and ports, or its own machine."))
+                    break
+    return findings
+
+
 def check_server_or_router(in_both: Iterable[str]) -> list[Finding]:
     """A host in hicache_servers and in hicache_routers: every host outside hicache_routers is a server, so it would
     run the router only, never the server its other group says (site.yml's plays: all:!hicache_routers)."""
@@ -255,11 +285,16 @@ def _worker_urls(deployments: Mapping[str, Any], routers: Mapping[str, Mapping[s
         connection = (connections or {}).get(host) or {}
         try:
             url = normalize(d.worker_url if d.worker_url else f"http://{url_host(connection.get('ansible_host') or host)}:{int(d.effective_port)}")
-        except ValueError:
-            continue  # a URL the variable rules refuse
+        except ValueError as exc:
+            if not d.worker_url:  # hicache_worker_url's own form is the variable rules' to refuse
+                findings.append(Finding(
+                    ERROR, host, "ansible_host", "router-reach",
+                    f"the routers would reach the server at its default worker URL, which cannot be made from this address: {exc}.",
+                    "set hicache_worker_url to a URL the routers reach (http://ADDRESS:PORT)."))
+            continue
         urls.setdefault(url, []).append(host)
         others = sorted(r for r, m in remote.items() if m != machine(host, {}))
-        if d.worker_url and is_loopback(urllib.parse.urlsplit(url).hostname or "") and others:
+        if d.worker_url and is_loopback(urllib.parse.urlsplit(url).hostname or "", unspecified=True) and others:
             findings.append(Finding(
                 ERROR, host, "hicache_worker_url", "router-reach",
                 f"is {url}, on loopback: only a router on this server's own machine reaches it, not {compact_hosts(others)}.",

@@ -268,9 +268,12 @@ def plain_text_secrets(host: str, written: Mapping[str, Any], raw: Mapping[str, 
 
 def misspelled_variables(host: str, misspelled: Mapping[str, str]) -> list[Finding]:
     """A name no role reads that looks like a catalogue variable's (config.schema.misspelled): its value would be lost
-    without a word, the default used instead."""
-    return [Finding(ERROR, host, name, "variable-name", f"is not read by hicache-deploy (its variables are hicache_*, in lower "
-                    f"case), so its value would be ignored and {meant}'s default used.", f"rename it to {meant}.")
+    without a word, the default used instead. The catalogue's name in other case or with '-' (HICACHE_STRICT,
+    hicache-strict) is surely meant as it: an error; a near miss (hicahce_port) may be a name of the user's own: a
+    warning."""
+    return [Finding(ERROR if name.lower().replace("-", "_") == meant else WARNING, host, name, "variable-name",
+                    f"is not read by hicache-deploy (its variables are hicache_*, in lower case), so its value would be ignored "
+                    f"and {meant}'s default used.", f"rename it to {meant}.")
             for name, meant in sorted(misspelled.items())]
 
 
