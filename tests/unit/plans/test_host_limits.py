@@ -14,6 +14,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
@@ -112,11 +113,14 @@ def units(tmp_path):
     def process_with_memlock(bytes_: int) -> int:
         proc = subprocess.Popen(["prlimit", f"--memlock={bytes_}:{bytes_}", "sleep", "120"])
         started.append(proc)
-        for _ in range(100):  # prlimit execs sleep: wait until the limit is the process's
+        # prlimit execs sleep: wait until the limit is the process's (the host facts read it right away, in loaded())
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
             limits_text = pathlib.Path(f"/proc/{proc.pid}/limits").read_text()
             if pathlib.Path(f"/proc/{proc.pid}/exe").resolve().name == "sleep" and f" {bytes_} " in limits_text:
-                break
-        return proc.pid
+                return proc.pid
+            time.sleep(0.01)
+        raise AssertionError(f"prlimit did not give pid {proc.pid} memlock {bytes_} within 10 s")
 
     def run(unit_properties: dict, memlock_kib: str, restart: bool = False, ulimits: dict | None = None):
         # By default the server's container sets no memlock of its own, so it inherits the runtime units' limit.
