@@ -220,7 +220,7 @@ def init(profile: str = typer.Option(..., help="One of the shipped inventories: 
 def _named(text: str) -> dict[str, dict[str, Any]]:
     """"a,b=10.0.0.2,c=ops@[fd00::3]:2222" -> {"a": {}, "b": {"ansible_host": "10.0.0.2"}, "c": {"ansible_user": "ops",
     "ansible_host": "fd00::3", "ansible_port": 2222}}: host names, each with how SSH reaches it when given."""
-    from hicachectl.config.inventory import ROUTERS
+    from hicachectl.config.inventory import ROUTERS, SERVERS
 
     out: dict[str, dict[str, Any]] = {}
     for word in (w.strip() for w in text.split(",")):
@@ -230,7 +230,7 @@ def _named(text: str) -> dict[str, dict[str, Any]]:
                 raise common.usage(f"{word!r}: a host needs a name before '='.")
             if name in out:
                 raise common.usage(f"{name} is named twice; each host once.")
-            if name in ("all", "ungrouped", "hicache_servers", ROUTERS):
+            if name in ("all", "ungrouped", SERVERS, ROUTERS):
                 raise common.usage(f"{name} is a group's name in the inventory, not a host's; name the host otherwise.")
             out[name] = _connection(name, where)
     return out

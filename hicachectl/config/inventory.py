@@ -445,8 +445,8 @@ def load(name_or_path: str, limit: str | None = None) -> Inventory:
     every = {h.name for h in manager.get_hosts(pattern="all")}
     host_vars_dir = (path if path.is_dir() else path.parent) / "host_vars"
     # Ansible's host_group_vars plugin reads host_vars/<host>, <host>.yml, .yaml, .json and a directory <host>/
-    named = {f: f.name if f.is_dir() or f.suffix == "" else f.stem for f in sorted(host_vars_dir.glob("*")) if host_vars_dir.is_dir()
-             and not f.name.startswith(".") and (f.is_dir() or f.suffix in ("", ".yml", ".yaml", ".json"))}
+    named = {f: f.name if f.is_dir() or f.suffix == "" else f.stem for f in sorted(host_vars_dir.glob("*"))
+             if not f.name.startswith(".") and (f.is_dir() or f.suffix in ("", ".yml", ".yaml", ".json"))}
     # localhost: Ansible's implicit host (the playbooks' controller plays) reads host_vars/localhost.yml too
     orphans = {name: str(f) for f, name in named.items() if name not in every and name != "localhost"}
     return Inventory(name=name_or_path, path=path, hosts=servers, notes=list(dict.fromkeys(notes)), connections=connections,

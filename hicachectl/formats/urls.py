@@ -32,6 +32,12 @@ def normalize(url: str) -> str:
     return f"{parts.scheme.lower()}://{parts.netloc.lower()}"
 
 
+def worker_url(explicit: str | None, address: str, port: int) -> str:
+    """Where a router reaches a server, normalized: `explicit` (hicache_worker_url) when given, else
+    http://<address>:<port> (an IPv6 address in brackets). ValueError when no worker URL can be made of it."""
+    return normalize(explicit if explicit else f"http://{url_host(address)}:{int(port)}")
+
+
 def is_loopback(host: str, unspecified: bool = False) -> bool:
     """Whether a URL's or an address's host is this machine only (127.0.0.0/8, ::1, localhost). With `unspecified`,
     0.0.0.0 and :: too: as a destination (a URL's host) they mean this machine; as a bind address, every interface."""

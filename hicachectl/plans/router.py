@@ -28,7 +28,7 @@ from typing import Any
 
 from hicachectl import rules
 from hicachectl.config.deployment import Deployment
-from hicachectl.formats import prompts, quoting
+from hicachectl.formats import prompts, quoting, urls
 from hicachectl.formats.urls import normalize
 from hicachectl.formats.urls import url_host as _url_host
 
@@ -47,11 +47,7 @@ CHECKED_VERSIONS = {"smg": "1.13.0", "sglang-router": "0.3.2"}
 def worker_url(host: str, variables: Mapping[str, Any]) -> str:
     """Where the routers reach the server `host`: hicache_worker_url, else http://<ansible_host or the inventory
     name>:<hicache_port or 30000> (an IPv6 address in brackets)."""
-    if variables.get("hicache_worker_url"):
-        return normalize(variables["hicache_worker_url"])
-    address = variables.get("ansible_host") or host
-    port = variables.get("hicache_port") or SGLANG_PORT
-    return normalize(f"http://{_url_host(address)}:{int(port)}")
+    return urls.worker_url(variables.get("hicache_worker_url"), variables.get("ansible_host") or host, variables.get("hicache_port") or SGLANG_PORT)
 
 
 def worker_urls(hostvars: Mapping[str, Mapping[str, Any]], servers: Iterable[str]) -> list[str]:

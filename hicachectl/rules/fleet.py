@@ -268,23 +268,20 @@ def _worker_urls(deployments: Mapping[str, Any], routers: Mapping[str, Mapping[s
     """Where the routers reach each server (plans/router.py worker_url: hicache_worker_url, else http://<ansible_host
     or the name>:<port>). Two servers at one URL are one worker to a router: it lists one and sends the other's
     requests there. A URL on loopback reaches only a router on the server's own machine (check_fleet's machine)."""
-    from hicachectl.formats.urls import is_loopback, normalize, url_host
-
-    def machine(host: str, variables: Mapping[str, Any]) -> tuple[str, str]:
-        return _reached_at(host, variables, connections)
+    from hicachectl.formats.urls import is_loopback, worker_url
 
     urls: dict[str, list[str]] = {}
     findings = []
     # Routers surely elsewhere: reached at an address that is not loopback (a router reached on loopback, or locally,
     # may be this machine, as a server on loopback may be: a tunnel or port forward can hide either).
-    remote = {r: machine(r, v or {}) for r, v in routers.items()}
+    remote = {r: _reached_at(r, v or {}, connections) for r, v in routers.items()}
     remote = {r: m for r, m in remote.items() if m[1] and not is_loopback(m[0])}
     for host, d in deployments.items():
         if d is None:
             continue
         connection = (connections or {}).get(host) or {}
         try:
-            url = normalize(d.worker_url if d.worker_url else f"http://{url_host(connection.get('ansible_host') or host)}:{int(d.effective_port)}")
+            url = worker_url(d.worker_url, connection.get("ansible_host") or host, d.effective_port)
         except ValueError as exc:
             if not d.worker_url:  # hicache_worker_url's own form is the variable rules' to refuse
                 findings.append(Finding(
@@ -293,7 +290,7 @@ def _worker_urls(deployments: Mapping[str, Any], routers: Mapping[str, Mapping[s
                     "set hicache_worker_url to a URL the routers reach (http://ADDRESS:PORT)."))
             continue
         urls.setdefault(url, []).append(host)
-        others = sorted(r for r, m in remote.items() if m != machine(host, {}))
+        others = sorted(r for r, m in remote.items() if m != _reached_at(host, {}, connections))
         if d.worker_url and is_loopback(urllib.parse.urlsplit(url).hostname or "", unspecified=True) and others:
             findings.append(Finding(
                 ERROR, host, "hicache_worker_url", "router-reach",
@@ -332,17 +329,14 @@ def check_router_clash(deployments: Mapping[str, Any], routers: Mapping[str, Map
     to bind (sglang-router's --port/--prometheus-port, SGLang's --port). Refused on the router host, naming the server.
     One machine is what check_fleet calls one: the same address and SSH port (or both local). Two SSH ports on one
     address are two machines behind one address (containers, VMs, a NAT), each binding its own ports (#34)."""
-    def machine(host: str, variables: Mapping[str, Any]) -> tuple[str, str]:
-        return _reached_at(host, variables, connections)
-
     servers: dict[str, list[tuple[str, int]]] = {}
     for host, d in deployments.items():
         if d is not None:
-            servers.setdefault(machine(host, {}), []).append((host, int(d.effective_port)))
+            servers.setdefault(_reached_at(host, {}, connections), []).append((host, int(d.effective_port)))
     findings = []
     for router_host, variables in routers.items():
         ports = _router_ports(variables or {})
-        for server, port in servers.get(machine(router_host, variables or {}), []):
+        for server, port in servers.get(_reached_at(router_host, variables or {}, connections), []):
             if port in ports:
                 findings.append(Finding(
                     ERROR, router_host, ports[port], "router-server-port",

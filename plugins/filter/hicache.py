@@ -73,13 +73,13 @@ def hicache_fleet_findings(all_hostvars, hosts):
     routers_played = [host for host in hosts if _is_router(all_hostvars[host])]  # one machine twice: among the routers too
     hosts = [host for host in hosts if not _is_router(all_hostvars[host])]  # the fleet rules: among the servers
     reach = ("ansible_connection", "ansible_host", "ansible_port")  # how Ansible reaches each host: one machine twice
-    connections = {host: plain({k: all_hostvars[host][k] for k in reach if k in all_hostvars[host]}) for host in hosts + routers_played}
+    connections = {host: plain({k: all_hostvars[host][k] for k in reach if k in all_hostvars[host]}) for host in hosts}
     deployments = {host: rules.check_host(host, _hicache_vars(all_hostvars[host]))[0] for host in hosts}
     # The inventory's routers, whatever the play, with their variables (a router and a server on one machine and port).
     routers = {host: plain(_hicache_vars(all_hostvars[host])) for host in all_hostvars if _is_router(all_hostvars[host])}
     router_reach = {host: plain({k: all_hostvars[host][k] for k in reach if k in all_hostvars[host]}) for host in routers}
     fleet = (rules.check_fleet(dict.fromkeys(hosts, {}), connections)
-             + rules.check_routers({host: plain(_hicache_vars(all_hostvars[host])) for host in routers_played}, connections)
+             + rules.check_routers({host: routers[host] for host in routers_played}, router_reach)
              + rules.check_shared_tiers(deployments)
              + rules.check_routed(deployments, routers, {**connections, **router_reach}))
     return findings + [dict(f.as_dict(), text=f.format()) for f in fleet]
