@@ -3,6 +3,9 @@ worker would otherwise load again: hicachectl's core, Ansible's table of builtin
 
 from __future__ import annotations
 
+import json
+import marshal
+import os
 import subprocess
 import sys
 
@@ -30,3 +33,152 @@ print("ok")
 def test_the_controller_process_loads_the_jinja_plugins_before_any_worker_forks():
     proc = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+
+
+# Jinja's code cache (hicache_preload._JinjaCodeCache): each case templated in a new process, as each forked worker
+# does, once as Ansible compiles it and twice through the cache (an empty directory, then the one the first filled).
+# A case's text comes from one of the roles' files, from an inventory, or from a vault.
+RENDER = f"""
+import json, os, sys
+import jinja2.environment
+from ansible.plugins.loader import callback_loader, init_plugin_loader
+init_plugin_loader([{str(ROOT / ".ansible/collections")!r}])
+callback_loader.add_directory({str(ROOT / "plugins/callback")!r})
+generated = []
+original_generate = jinja2.environment.Environment._generate
+def counting_generate(self, *args, **kwargs):
+    generated.append(1)
+    return original_generate(self, *args, **kwargs)
+jinja2.environment.Environment._generate = counting_generate
+callback_loader.get("hicache_preload").__class__()
+from ansible._internal._datatag._tags import Origin, SourceWasEncrypted
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+ORIGINS = {{"role": {str(ROOT / "roles/sglang_server/tasks/apply.yml")!r}, "inventory": "/somewhere/else/group_vars/all.yml"}}
+def text(case):
+    value = Origin(path=ORIGINS["role" if case[2] == "vault" else case[2]], line_num=1).tag(case[1])
+    return trust_as_template(SourceWasEncrypted().tag(value) if case[2] == "vault" else value)
+variables = {{"a": 1, "b": [1, 2, 3], "x": {{"y": "z"}}, "tiers": ["vast", "netapp"],
+             "nested": trust_as_template("{{{{ a + 1 }}}}")}}
+results = []
+def outcome(call):
+    try:
+        return ["ok", repr(call())]
+    except Exception as error:
+        return ["error", type(error).__name__, str(error)]
+for case in json.loads(sys.argv[1]):
+    generated.clear()
+    templar = Templar(loader=DataLoader(), variables=variables)
+    if case[0] == "when":
+        got = outcome(lambda: templar.evaluate_conditional(text(case)))
+    else:
+        got = outcome(lambda: templar.template(text(case), escape_backslashes=case[0] == "template"))
+    results.append([got, len(generated)])
+print(json.dumps(results))
+"""
+
+CASES = [
+    ["when", "a == 1 and 'vast' in tiers", "role"],
+    ["when", "x.y | default('q') == 'z'", "role"],
+    ["when", "b | length > 2", "role"],
+    ["when", "missing is defined", "role"],
+    ["when", "nested == 2", "role"],
+    ["template", "pre {{ x.y }} {{ b | join(',') }} post", "role"],
+    ["template", "{% for i in b %}{{ i }};{% endfor %}", "role"],
+    ["template", "{{ nested }}", "role"],
+    # the same text with and without Ansible's backslash escaping compiles to different code
+    ["template", '{{ "c:\\tfile" }}', "role"],
+    ["template-raw", '{{ "c:\\tfile" }}', "role"],
+    ["template", "{{ 'a1b' | regex_replace('(\\\\d)', '<\\\\1>') }}", "role"],
+    # a template header changes the delimiters: the same body means something else
+    ["template", "#jinja2:variable_start_string:'[[', variable_end_string:']]'\n[[ a ]] {{ a }}", "role"],
+    ["template", "[[ a ]] {{ a }}", "role"],
+    ["template", "{{ a + }}", "role"],
+    ["template", "{{ not_a_variable }}", "role"],
+    # compiled code holds a text's constants: an inventory's or a vault's text is never written to disk
+    ["template", "{{ 'inventory-constant-4711' ~ a }}", "inventory"],
+    ["template", "{{ 'vault-constant-4712' ~ a }}", "vault"],
+]
+PERSISTENT = [case for case in CASES if case[2] == "role" and case[1] != "{{ a + }}"]
+
+
+def _render(tmp_path, mode: str, cases=CASES, **env):
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "HICACHE_JINJA_CODE_CACHE": mode, **env}
+    proc = subprocess.run([sys.executable, "-c", RENDER, json.dumps(cases)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout)
+
+
+def _entries(tmp_path):
+    return sorted(tmp_path.glob("cache/hicache-deploy/jinja-code/*/*"))
+
+
+def test_templates_from_the_code_cache_render_as_ansible_compiles_them(tmp_path):
+    ansible = _render(tmp_path, "off")
+    assert not _entries(tmp_path)  # turned off: nothing kept
+    # each case compiled but the syntax error, which fails before Jinja generates code
+    assert [bool(generated) for _, generated in ansible] == [case[1] != "{{ a + }}" for case in CASES], ansible
+    first = _render(tmp_path, "on")
+    assert [got for got, _ in first] == [got for got, _ in ansible]
+    kept = _entries(tmp_path)
+    assert len(kept) == len(PERSISTENT) - 1  # the header's case: the text Ansible strips of it has no origin
+    assert all(path.stat().st_mode & 0o077 == 0 for path in [kept[0].parent, *kept])
+    assert not [path for path in kept if b"constant-471" in path.read_bytes()]
+    second = _render(tmp_path, "on")
+    assert [got for got, _ in second] == [got for got, _ in ansible]
+    for case, (got, generated) in zip(CASES, second, strict=True):
+        # from the directory the first process filled, no role's text is compiled again (the syntax error never was);
+        # an inventory's, a vault's and the variable's without an origin are, once in each process (the variable's
+        # by the first case using it)
+        in_memory_only = case[2] != "role" or case[1] == "nested == 2" or case[1].startswith("#jinja2:")
+        assert generated == (1 if in_memory_only else 0), (case, got, generated)
+    escaped, raw = (got for case, (got, _) in zip(CASES, second, strict=True) if case[1] == '{{ "c:\\tfile" }}')
+    assert escaped != raw
+
+
+FILTERS = {
+    "plain": "def myf(value, extra=0):\n    return f'plain:{value} extra={extra}'\n",
+    "context": "from jinja2 import pass_context\n\n@pass_context\ndef myf(context, value):\n    return f'context:{value}'\n",
+}
+
+
+def test_a_kept_template_is_compiled_again_where_its_filter_resolves_otherwise(tmp_path):
+    """Jinja passes a context to a filter marked pass_context, and fails the compile of a filter it cannot find: code
+    compiled where a name meant one filter must not run where it means another, or none."""
+    cases = [["template", "{{ 1 | myf }}", "role"]]
+    results = {}
+    for kind, source in FILTERS.items():
+        plugins = tmp_path / kind
+        plugins.mkdir()
+        (plugins / "myf.py").write_text(source + "\n\nclass FilterModule:\n    def filters(self):\n        return {'myf': myf}\n")
+    for mode in ("off", "on"):
+        for kind in ("plain", "context", "plain", "none"):
+            plugins = tmp_path / kind
+            plugins.mkdir(exist_ok=True)  # "none": no filter of that name
+            results.setdefault(mode, []).append(_render(tmp_path, mode, cases, ANSIBLE_FILTER_PLUGINS=str(plugins))[0][0])
+    assert results["on"] == results["off"], results
+    assert results["off"][0][1].startswith("'plain:1 extra=0") and results["off"][1][1] == "'context:1'"
+    assert results["off"][3][0] == "error"
+
+
+def test_a_code_cache_directory_others_can_write_is_not_used(tmp_path):
+    shared = tmp_path / "cache/hicache-deploy/jinja-code"
+    shared.mkdir(parents=True)
+    _render(tmp_path, "on")  # makes its directory inside, 0700: used
+    directory = next(shared.iterdir())
+    assert list(directory.iterdir())
+    for path in directory.iterdir():
+        path.unlink()
+    directory.chmod(0o777)
+    results = _render(tmp_path, "on")
+    assert not list(directory.iterdir())  # memory only
+    assert all(generated for got, generated in results if got[0] == "ok")
+
+
+def test_an_entry_that_is_not_code_is_compiled_again(tmp_path):
+    _render(tmp_path, "on", PERSISTENT[:1])
+    (entry,) = _entries(tmp_path)
+    entry.write_bytes(marshal.dumps((1, "not code", ())))
+    ((got, generated),) = _render(tmp_path, "on", PERSISTENT[:1])
+    assert got == ["ok", "True"] and generated == 1

@@ -19,13 +19,25 @@ description:
   - Also loads Ansible's own filter and test plugins and this collection's filters, for the same reason. A worker
     otherwise builds the table of every builtin Jinja plugin again on its first filter or test (about a tenth of a
     worker's CPU in a no-op deploy).
+  - Keeps the Python code Jinja compiles from each template and conditional, keyed by the template's text and every
+    setting that shapes the code, in memory and in a private directory (C($XDG_CACHE_HOME/hicache-deploy/jinja-code),
+    mode 0700, ignored unless owned by the user), so that a worker compiles a task's conditions and arguments once per
+    text instead of once per task and host. Templates are still rendered, with each host's variables, every time.
+  - Set E(HICACHE_JINJA_CODE_CACHE=off) to compile as Ansible does.
   - Does nothing else, and nothing at all when the package is not installed (the filters then name it).
 requirements:
   - Enabled in C(callbacks_enabled) (ansible.cfg or E(ANSIBLE_CALLBACKS_ENABLED)).
 author: hicache-deploy developers (@hicache-deploy)
 """
 
-import importlib  # noqa: E402 (imports below the documentation, as ansible-test's validate-modules wants)
+import hashlib  # noqa: E402 (imports below the documentation, as ansible-test's validate-modules wants)
+import importlib  # noqa: E402
+import marshal  # noqa: E402
+import os  # noqa: E402
+import stat  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import types  # noqa: E402
 
 from ansible.plugins.callback import CallbackBase  # noqa: E402
 
@@ -61,6 +73,295 @@ def _load_jinja_plugins() -> None:
             pass
 
 
+class _JinjaCodeCache:
+    """The code Jinja generates for a template or an expression, by its text and what shapes the code.
+
+    Ansible runs each task of each host in a worker forked for it, and the worker compiles every condition, argument
+    and variable it templates (Jinja's parser, its code generator and Python's compile: about 0.5 ms for a short
+    expression) with no cache outliving it (ansible-core 2.19 _internal/_templating/_engine.py, _compile_expression
+    and _compile_template). The same text on the next host, or in the next run, compiles to the same code. This keeps
+    that code: in the controller's memory, which later forks inherit, and for the collection's own files (its roles'
+    tasks, defaults, vars and templates) in a private directory every fork reads, the way Jinja's FileSystemBytecodeCache
+    keeps file templates' code (marshal, a directory of the user's own). Text from anywhere else (an inventory, a
+    vault) stays in memory: compiled code holds the text's constants.
+
+    What shapes the code: the text, the environment's settings (the lexer's, Ansible's backslash escaping, embedded
+    templates, the code generator) and which filters and tests the names resolve to (Jinja passes a context to those
+    marked pass_context, and a name that resolves to nothing fails the compile): the key holds the first two, an entry
+    the third, checked again before the entry is used. A template from the cache is built for the environment that asks
+    (Template.from_code, as Jinja's from_string), so rendering is unchanged. With Ansible's template debugging on, or
+    anything not as expected, Ansible compiles as usual.
+    """
+
+    FORMAT = 1
+    # past this many entries the directory starts again empty (about 1,500 for this collection's roles)
+    MAX_ENTRIES = 6000
+    # a larger code object (a whole template file of someone's) is kept in memory only
+    MAX_ENTRY_BYTES = 256 * 1024
+
+    def __init__(self, directory_fd: int | None, collection_root: str, jinja_bits, jinja_common, tags) -> None:
+        self.directory_fd = directory_fd
+        self.collection_root = collection_root.rstrip(os.sep) + os.sep
+        self.memory: dict[str, tuple] = {}
+        self.capture = threading.local()
+        self._jinja_bits = jinja_bits
+        self._jinja_common = jinja_common
+        self._tags = tags
+        self._encrypted_files: dict[str, bool] = {}
+
+    def key(self, env, kind: str, source: str) -> str | None:
+        if env._debuggable_template_source:
+            return None
+        compile_context = self._jinja_bits._TemplateCompileContext.current(optional=True)
+        settings = (self.FORMAT, kind, type(env).__module__, type(env).__qualname__, env.code_generator_class.__qualname__,
+                    tuple(getattr(env, name) for name in self._jinja_bits._TEMPLATE_OVERRIDE_FIELD_NAMES),
+                    bool(compile_context and compile_context.escape_backslashes),
+                    bool(self._jinja_common._TemplateConfig.allow_embedded_templates), env.optimized, env.is_async,
+                    repr(env.autoescape), tuple(sorted(env.extensions)), getattr(env.finalize, "__qualname__", repr(env.finalize)))
+        digest = hashlib.sha256(repr(settings).encode())
+        digest.update(b"\0")
+        digest.update(str(source).encode("utf-8", "surrogatepass"))
+        return digest.hexdigest()
+
+    def persistent(self, source: str) -> bool:
+        """Whether the text comes from one of the collection's own files, not encrypted (else: memory only). Origin
+        decides nothing else here; a text without one stays in memory."""
+        if self.directory_fd is None or self._tags.SourceWasEncrypted.is_tagged_on(source):
+            return False
+        origin = self._tags.Origin.get_tag(source)
+        path = origin.path if origin else None
+        if not path or not os.path.realpath(path).startswith(self.collection_root):
+            return False
+        if path not in self._encrypted_files:
+            try:
+                with open(path, "rb") as text:
+                    self._encrypted_files[path] = text.read(14) == b"$ANSIBLE_VAULT"
+            except OSError:
+                self._encrypted_files[path] = True
+        return not self._encrypted_files[path]
+
+    def get(self, key: str, env):
+        """The code kept for key, if every filter and test it was compiled against resolves the same way in env."""
+        entry = self.memory.get(key)
+        if entry is None and self.directory_fd is not None:
+            entry = self._read(key)
+            if entry is not None:
+                self.memory[key] = entry
+        if entry is None:
+            return None
+        code, plugins = entry
+        for kind, name, marker in plugins:
+            mapping = env.filters if kind == "filter" else env.tests if kind == "test" else None
+            try:
+                if mapping is None or _plugin_marker(mapping, name) != marker:
+                    return None
+            except Exception:  # noqa: BLE001 (a plugin that fails to load: Ansible's own compile reports it)
+                return None
+        return code
+
+    def _read(self, key: str):
+        try:
+            fd = os.open(key, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=self.directory_fd)
+        except OSError:
+            return None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+                return None
+            with os.fdopen(os.dup(fd), "rb") as entry:
+                data = marshal.loads(entry.read())
+        except (OSError, ValueError, EOFError, TypeError):
+            return None
+        finally:
+            os.close(fd)
+        if not (isinstance(data, tuple) and len(data) == 3 and data[0] == self.FORMAT and isinstance(data[1], types.CodeType)
+                and isinstance(data[2], tuple)):
+            return None
+        return data[1], data[2]
+
+    def put(self, key: str, code, plugins: tuple, persistent: bool) -> None:
+        self.memory[key] = (code, plugins)
+        if not persistent:
+            return
+        data = marshal.dumps((self.FORMAT, code, plugins))
+        if len(data) > self.MAX_ENTRY_BYTES:
+            return
+        temporary = f".new-{os.getpid()}-{threading.get_ident()}-{key}"
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=self.directory_fd)
+        except OSError:
+            return
+        try:
+            with os.fdopen(fd, "wb") as entry:
+                entry.write(data)
+            os.replace(temporary, key, src_dir_fd=self.directory_fd, dst_dir_fd=self.directory_fd)
+        except OSError:
+            try:
+                os.unlink(temporary, dir_fd=self.directory_fd)
+            except OSError:
+                pass
+
+    def drop(self, key: str) -> None:
+        self.memory.pop(key, None)
+        if self.directory_fd is not None:
+            try:
+                os.unlink(key, dir_fd=self.directory_fd)
+            except OSError:
+                pass
+
+    def compiled(self, call):
+        """Run call (Ansible's compile of one text) and return its result, the one code object it compiled (None where
+        it compiled none or several: then nothing is kept) and the filters and tests the compile looked up."""
+        outer = getattr(self.capture, "codes", None), getattr(self.capture, "plugins", None)
+        self.capture.codes, self.capture.plugins = codes, plugins = [], []
+        try:
+            result = call()
+        finally:
+            self.capture.codes, self.capture.plugins = outer
+        return result, (codes[0] if len(codes) == 1 else None), tuple(dict.fromkeys(plugins))
+
+    def trim(self) -> None:
+        """Start the directory again empty once it holds more than MAX_ENTRIES; once, in the controller."""
+        try:
+            names = os.listdir(self.directory_fd)
+            if len(names) > self.MAX_ENTRIES:
+                for name in names:
+                    os.unlink(name, dir_fd=self.directory_fd)
+        except OSError:
+            pass
+
+
+def _plugin_marker(plugins, name: str) -> str:
+    """What Jinja's code generator sees of a filter or test: absent, or which context it is passed (jinja2
+    compiler.py, CodeGenerator._filter_test_common; utils.py, _PassArg.from_obj)."""
+    try:
+        function = plugins[name]
+    except KeyError:
+        return "absent"
+    marker = getattr(function, "jinja_pass_arg", None)
+    return getattr(marker, "name", "plain")
+
+
+def _code_cache_directory() -> int | None:
+    """The user's own directory for the cache, one per Python, Jinja and ansible-core, opened once here (forks
+    inherit the descriptor, so every read and write is relative to the directory checked); None (memory only) where
+    it cannot be made or is not the user's alone."""
+    import jinja2
+    import jinja2.compiler
+    from ansible._internal._templating import _jinja_bits
+    from ansible.release import __version__ as ansible_version
+
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    # a patched Jinja or ansible-core of the same version generates other code: their files' times are in the name
+    sources = hashlib.sha256(repr([(os.stat(module.__file__).st_mtime_ns, os.stat(module.__file__).st_size)
+                                   for module in (jinja2.compiler, _jinja_bits)]).encode()).hexdigest()[:12]
+    version = f"{sys.implementation.cache_tag}-jinja{jinja2.__version__}-ansible{ansible_version}-{sources}"
+    directory = os.path.join(base, "hicache-deploy", "jinja-code", version)
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    info = os.fstat(fd)  # the entries are code this process runs: the directory must be the user's alone
+    if info.st_uid != os.geteuid() or info.st_mode & 0o077:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _install_jinja_code_cache() -> _JinjaCodeCache | None:
+    """Wrap AnsibleEnvironment's compile steps with the cache (once per process); None where it is turned off or
+    ansible-core is not the one this was written against (then Ansible compiles as usual)."""
+    if os.environ.get("HICACHE_JINJA_CODE_CACHE", "").lower() in ("off", "0", "false", "no"):
+        return None
+    try:
+        from ansible._internal._datatag import _tags
+        from ansible._internal._templating import _jinja_bits, _jinja_common, _jinja_plugins
+        from jinja2.environment import TemplateExpression
+    except ImportError:
+        return None
+    environment, intercept = _jinja_bits.AnsibleEnvironment, _jinja_plugins.JinjaPluginIntercept
+    # what the key and the wrappers use, as ansible-core 2.19 to 2.21 have it
+    needed = [(_jinja_bits, "_TemplateCompileContext"), (_jinja_bits, "_TEMPLATE_OVERRIDE_FIELD_NAMES"),
+              (_jinja_common._TemplateConfig, "allow_embedded_templates"), (_tags, "Origin"), (_tags, "SourceWasEncrypted"),
+              (intercept, "__getitem__")]
+    needed += [(environment, name) for name in ("_compile", "_debuggable_template_source", "from_string", "compile_expression", "lexer")]
+    if not all(hasattr(owner, name) for owner, name in needed):
+        return None
+    if getattr(environment, "_hicache_code_cache", None) is not None:
+        return environment._hicache_code_cache
+    collection_root = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    cache = _JinjaCodeCache(_code_cache_directory(), collection_root, _jinja_bits, _jinja_common, _tags)
+    original_compile = environment._compile
+    original_from_string = environment.from_string
+    original_compile_expression = environment.compile_expression
+    original_getitem = intercept.__getitem__
+
+    def _compile(self, source, filename):
+        code = original_compile(self, source, filename)
+        codes = getattr(cache.capture, "codes", None)
+        if codes is not None:
+            codes.append(code)
+        return code
+
+    def __getitem__(self, name):
+        plugins = getattr(cache.capture, "plugins", None)
+        if plugins is None:
+            return original_getitem(self, name)
+        kind = getattr(getattr(self, "_plugin_loader", None), "type", None)  # "filter" or "test"
+        try:
+            function = original_getitem(self, name)
+        except KeyError:
+            plugins.append((kind, name, "absent"))
+            raise
+        marker = getattr(function, "jinja_pass_arg", None)
+        plugins.append((kind, name, getattr(marker, "name", "plain")))
+        return function
+
+    def cached(self, kind, source, build, call):
+        """build(code) from the entry for source, else call() (Ansible's compile) and keep what it compiled."""
+        key = cache.key(self, kind, source)
+        if key is None:
+            return call()
+        code = cache.get(key, self)
+        if code is not None:
+            try:
+                return build(code)
+            except Exception:  # noqa: BLE001 (an entry that does not build: compile as Ansible does, and forget it)
+                cache.drop(key)
+        result, code, plugins = cache.compiled(call)
+        if code is not None:
+            cache.put(key, code, plugins, cache.persistent(source))
+        return result
+
+    def from_string(self, source, globals=None, template_class=None):  # noqa: A002 (Jinja's own parameter name)
+        if not isinstance(source, str):
+            return original_from_string(self, source, globals, template_class)
+        return cached(self, "template", source,
+                      lambda code: (template_class or self.template_class).from_code(self, code, self.make_globals(globals), None),
+                      lambda: original_from_string(self, source, globals, template_class))
+
+    def compile_expression(self, source, undefined_to_none=True):
+        if not isinstance(source, str):
+            return original_compile_expression(self, source, undefined_to_none)
+        return cached(self, "expression", source,
+                      lambda code: TemplateExpression(self.template_class.from_code(self, code, self.make_globals(None), None),
+                                                      undefined_to_none),
+                      lambda: original_compile_expression(self, source, undefined_to_none))
+
+    environment._compile = _compile
+    environment.from_string = from_string
+    environment.compile_expression = compile_expression
+    intercept.__getitem__ = __getitem__
+    environment._hicache_code_cache = cache
+    if cache.directory_fd is not None:
+        cache.trim()
+    # The lexer too (its regular expressions), which each worker would otherwise build on its first template
+    # (ansible-core's own note on AnsibleEnvironment.lexer: "pre-generate the default cached lexer before forking").
+    _lexer = environment().lexer
+    return cache
+
+
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
@@ -70,3 +371,4 @@ class CallbackModule(CallbackBase):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         _load_jinja_plugins()
+        _install_jinja_code_cache()
