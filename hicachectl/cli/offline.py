@@ -238,7 +238,7 @@ def _named(text: str) -> dict[str, dict[str, Any]]:
 
 def _connection(name: str, where: str) -> dict[str, Any]:
     """[USER@]ADDRESS[:PORT] as Ansible's connection variables; [ADDRESS]:PORT for IPv6 (a bare IPv6 has no port)."""
-    from hicachectl.formats.urls import is_host_address
+    from hicachectl.formats.urls import has_blank_or_control, is_host_address
 
     if not where:
         return {}
@@ -253,7 +253,7 @@ def _connection(name: str, where: str) -> dict[str, Any]:
         address, _, port = address.partition(":")
     if not address or (user == "" and "@" in where):
         raise common.usage(f"--hosts {name}={where}: give [USER@]ADDRESS[:PORT].")
-    if any(c.isspace() or not c.isprintable() for c in user):
+    if has_blank_or_control(user):
         raise common.usage(f"--hosts {name}={where}: {user!r} is not a user name.")
     if not is_host_address(address):
         raise common.usage(f"--hosts {name}={where}: {address!r} is neither an IP address nor a DNS name.")

@@ -55,11 +55,16 @@ _LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
 _HOST_NAME = re.compile(rf"^(?=.{{1,253}}\.?$){_LABEL}(?:\.{_LABEL})*\.?$")
 
 
+def has_blank_or_control(text: str) -> bool:
+    """Whether `text` holds a blank or a control character: never in a host address or a user name for SSH."""
+    return any(c.isspace() or not c.isprintable() for c in text)
+
+
 def is_host_address(text: str) -> bool:
     """Whether `text` can be where SSH reaches a machine (ansible_host): an IPv4 or IPv6 address (an IPv6 one may carry
     a %zone) or a DNS name (RFC 1123 labels; '_' allowed, as resolvers take it)."""
     text = str(text)
-    if not text or any(c.isspace() or not c.isprintable() for c in text):
+    if not text or has_blank_or_control(text):
         return False
     try:
         ipaddress.ip_address(text)
