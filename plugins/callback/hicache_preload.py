@@ -20,9 +20,10 @@ description:
     otherwise builds the table of every builtin Jinja plugin again on its first filter or test (about a tenth of a
     worker's CPU in a no-op deploy).
   - Keeps the Python code Jinja compiles from each template and conditional, keyed by the template's text and every
-    setting that shapes the code, in memory and in a private directory (C($XDG_CACHE_HOME/hicache-deploy/jinja-code),
-    mode 0700, ignored unless owned by the user), so that a worker compiles a task's conditions and arguments once per
-    text instead of once per task and host. Templates are still rendered, with each host's variables, every time.
+    setting that shapes the code, in memory and, for text from this collection's own files, in a private directory
+    (C($XDG_CACHE_HOME/hicache-deploy/jinja-code), mode 0700, ignored unless the user's alone), so that a worker
+    compiles a task's conditions and arguments once per text instead of once per task and host. Text from an
+    inventory or a vault is never written there. Templates are still rendered, with each host's variables, every time.
   - Set E(HICACHE_JINJA_CODE_CACHE=off) to compile as Ansible does.
   - Does nothing else, and nothing at all when the package is not installed (the filters then name it).
 requirements:
@@ -161,19 +162,13 @@ class _JinjaCodeCache:
 
     def _read(self, key: str):
         try:
-            fd = os.open(key, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=self.directory_fd)
-        except OSError:
-            return None
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
-                return None
-            with os.fdopen(os.dup(fd), "rb") as entry:
+            with os.fdopen(os.open(key, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=self.directory_fd), "rb") as entry:
+                info = os.fstat(entry.fileno())
+                if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+                    return None
                 data = marshal.loads(entry.read())
         except (OSError, ValueError, EOFError, TypeError):
             return None
-        finally:
-            os.close(fd)
         if not (isinstance(data, tuple) and len(data) == 3 and data[0] == self.FORMAT and isinstance(data[1], types.CodeType)
                 and isinstance(data[2], tuple)):
             return None
@@ -238,8 +233,13 @@ def _plugin_marker(plugins, name: str) -> str:
         function = plugins[name]
     except KeyError:
         return "absent"
-    marker = getattr(function, "jinja_pass_arg", None)
-    return getattr(marker, "name", "plain")
+    return _pass_arg(function)
+
+
+def _pass_arg(function) -> str:
+    """Which context Jinja passes the filter or test function first: plain (none), context, eval_context or
+    environment (jinja2 utils.py, _PassArg.from_obj)."""
+    return getattr(getattr(function, "jinja_pass_arg", None), "name", "plain")
 
 
 def _code_cache_directory() -> int | None:
@@ -314,8 +314,7 @@ def _install_jinja_code_cache() -> _JinjaCodeCache | None:
         except KeyError:
             plugins.append((kind, name, "absent"))
             raise
-        marker = getattr(function, "jinja_pass_arg", None)
-        plugins.append((kind, name, getattr(marker, "name", "plain")))
+        plugins.append((kind, name, _pass_arg(function)))
         return function
 
     def cached(self, kind, source, build, call):
