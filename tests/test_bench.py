@@ -54,20 +54,24 @@ def model_seconds(cached: int) -> float:
     return ((WORDS - cached) * PREFILL_US + cached * LOAD_US) / 1e6
 
 
-def expected_speedup(l3_cold: list[float] | None = None, l3_warm: list[float] | None = None) -> float:
-    """The stand-in serves one prompt at a time, as one GPU: a prompt's time is the model's (every token prefilled cold;
-    warm, the uncached tail prefilled and the cached pages copied to the GPU) plus SGLang's file backend's real work on
-    the tier (cold: lookup and write-through; warm: lookup and read), measured per request by the stand-in. Prompts sent
-    together queue, so the k-th waits for those before it: the mean TTFT is the mean of the running sums."""
-    def mean_ttft(services):
-        sums, total = [], 0.0
-        for service in services:
-            total += service
-            sums.append(total)
-        return statistics.fmean(sums)
-    cached = WORDS // PAGE * PAGE
-    l3_cold, l3_warm = l3_cold or [0.0], l3_warm or [0.0]
-    return mean_ttft([model_seconds(0) + t for t in l3_cold]) / mean_ttft([model_seconds(cached) + t for t in l3_warm])
+def expected_speedup(served_cold: list[float], served_warm: list[float]) -> float:
+    """The speedup as the server saw it: the mean TTFT of a level's recompute requests over that of its L3 requests,
+    each timed by the stand-in from the request's arrival to its first token. What bench measured can differ only by
+    the HTTP round trips on loopback, not by the load of a busy machine (the sleeps' overshoot, threads waiting for
+    a core), which lands in both."""
+    return statistics.fmean(served_cold) / statistics.fmean(served_warm)
+
+
+def served_ttft(port: int, levels=(1, 2, 4)) -> dict[int, tuple[list[float], list[float]]]:
+    """Per level, the server's TTFT of each recompute and of each L3 request (the repeat follows each level's L3 phase)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/standin/served_ttft", timeout=10) as answer:
+        served = json.loads(answer.read())
+    assert len(served["cold"]) == sum(levels) and len(served["warm"]) == 2 * sum(levels), served
+    out, cold, warm = {}, 0, 0
+    for level in levels:
+        out[level] = (served["cold"][cold:cold + level], served["warm"][warm:warm + level])
+        cold, warm = cold + level, warm + 2 * level
+    return out
 
 
 def measured_l3_seconds(port: int, levels=(1, 2, 4)) -> dict[int, tuple[list[float], list[float], list[float]]]:
@@ -102,11 +106,15 @@ def test_bench_reports_three_phases_the_ratio_and_the_l3_rate_as_table_json_and_
     assert data["l3_bytes_per_token"] == STANDIN_BYTES_PER_TOKEN, data["l3_bytes_basis"]
     l3 = measured_l3_seconds(port)
     assert all(t > 0 for _, warm, _ in l3.values() for t in warm)  # the pages really came back through SGLang's backend
+    served = served_ttft(port)
     loaded = WORDS // PAGE * PAGE
     for row, line in zip(data["levels"], lines[2:5], strict=True):
         c = row["concurrency"]
-        expected = expected_speedup(l3[c][0], l3[c][1])
-        assert abs(row["speedup"] / expected - 1) < 0.10, (row, expected, l3[c])
+        # the stand-in is its model: no request is served faster than its prefill and copy (the sleeps) and its L3 work
+        assert all(t >= model_seconds(0) + l3_t for t, l3_t in zip(sorted(served[c][0]), sorted(l3[c][0]))), (served[c], l3[c])
+        assert min(served[c][1]) >= model_seconds(loaded), served[c]
+        expected = expected_speedup(*served[c])
+        assert abs(row["speedup"] / expected - 1) < 0.10, (row, expected, served[c], l3[c])
         assert row["l3_recompute_ratio"] == pytest.approx(row["l3_mean_s"] / row["recompute_mean_s"], abs=2e-3)
         assert row["l3_recompute_ratio"] == pytest.approx(1 / row["speedup"], rel=0.02) and row["l3_loses"] is False
         assert row["prompt_tokens"] == WORDS and row["l3_storage_share"] > 0.98

@@ -134,6 +134,8 @@ class Server:
         self.gpu = threading.Lock()
         self.metrics = {"prompt_tokens_total": 0, "storage_hit": 0, "prefetch_hit": 0, "backuped": 0, "requests": 0}
         self.l3_seconds = {"cold": [], "warm": []}  # per request: SGLang's backend's lookup, read and write-through
+        # per request, as served: from its arrival to its first token (queue, L3 work, prefill and the sleeps' overshoot)
+        self.served_ttft = {"cold": [], "warm": []}
         # Also SGLang's (python/sglang/srt/observability/metrics_collector.py, 0.5.20-0.5.23): the scheduler's
         # running/queued gauges and the tokenizer's TTFT histogram, with SGLang's default TTFT buckets.
         self.running = self.queued = 0
@@ -312,6 +314,8 @@ def handler_for(server):
                 return self.send(200, server.metrics_text(), "text/plain; version=0.0.4")
             if self.path == "/standin/l3_seconds":  # the stand-in's own, not SGLang's: what its tests compare bench with
                 return self.send(200, server.l3_seconds)
+            if self.path == "/standin/served_ttft":  # the stand-in's own: each request's TTFT as the server saw it
+                return self.send(200, server.served_ttft)
             if self.path == "/hicache/storage-backend" and not server.no_backend_api:
                 refused = server.admin_refusal(self.headers.get("Authorization"))
                 return self.send(*refused) if refused else self.send(200, server.storage_backend())
@@ -351,7 +355,10 @@ def handler_for(server):
             prompt = " ".join(m.get("content", "") for m in body.get("messages", []) if isinstance(m.get("content"), str))
             arrived = time.monotonic()
             prompt_tokens, cached = server.prefill(prompt)
-            server.observe_ttft(time.monotonic() - arrived, bool(body.get("stream")))
+            ttft = time.monotonic() - arrived
+            server.observe_ttft(ttft, bool(body.get("stream")))
+            with server.lock:
+                server.served_ttft["warm" if cached else "cold"].append(ttft)
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": 1, "total_tokens": prompt_tokens + 1}
             if server.args.enable_cache_report:
                 usage["prompt_tokens_details"] = {"cached_tokens": cached}
