@@ -382,7 +382,7 @@ def test_multipath_ports_get_reverse_path_filtering_off_per_interface_before_the
     said = " ".join(run.stdout.split())
     gap = said[said.index("Mount the L3 tier (this host cannot)"):][:1500]
     assert "needs the VAST NFS driver for" in gap and "localports" in gap, gap
-    tuned_at = said.index("Tune the NFS client and the multipath ports (before the mount)")
+    tuned_at = said.index("Apply the tier's kernel values now (RDMA slots, reverse-path filtering)")  # rp_filter off
     assert tuned_at < said.index("Mount the L3 tier (this host cannot)")
     assert rp_filter(vm, "all") == "0"
     assert [rp_filter(vm, port) for port in ports] == ["0", "0"]
