@@ -111,7 +111,7 @@ def test_bench_reports_three_phases_the_ratio_and_the_l3_rate_as_table_json_and_
     for row, line in zip(data["levels"], lines[2:5], strict=True):
         c = row["concurrency"]
         # the stand-in is its model: no request is served faster than its prefill and copy (the sleeps) and its L3 work
-        assert all(t >= model_seconds(0) + l3_t for t, l3_t in zip(sorted(served[c][0]), sorted(l3[c][0]))), (served[c], l3[c])
+        assert all(t >= model_seconds(0) + l3_t for t, l3_t in zip(sorted(served[c][0]), sorted(l3[c][0]), strict=True)), (served[c], l3[c])
         assert min(served[c][1]) >= model_seconds(loaded), served[c]
         expected = expected_speedup(*served[c])
         assert abs(row["speedup"] / expected - 1) < 0.10, (row, expected, served[c], l3[c])
