@@ -62,27 +62,16 @@ def expected_speedup(served_cold: list[float], served_warm: list[float]) -> floa
     return statistics.fmean(served_cold) / statistics.fmean(served_warm)
 
 
-def served_ttft(port: int, levels=(1, 2, 4)) -> dict[int, tuple[list[float], list[float]]]:
-    """Per level, the server's TTFT of each recompute and of each L3 request (the repeat follows each level's L3 phase)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/standin/served_ttft", timeout=10) as answer:
-        served = json.loads(answer.read())
-    assert len(served["cold"]) == sum(levels) and len(served["warm"]) == 2 * sum(levels), served
+def per_level(port: int, record: str, levels=(1, 2, 4)) -> dict[int, tuple[list[float], list[float], list[float]]]:
+    """Per level, one of the stand-in's per-request records (its own endpoints, not SGLang's) of each recompute, L3 and
+    repeat request, in the order the stand-in served them (it has no GPU or host cache: the repeat reads L3 again,
+    its "warm" too)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/standin/{record}", timeout=10) as answer:
+        seconds = json.loads(answer.read())
+    assert len(seconds["cold"]) == sum(levels) and len(seconds["warm"]) == 2 * sum(levels), seconds  # every request recorded
     out, cold, warm = {}, 0, 0
     for level in levels:
-        out[level] = (served["cold"][cold:cold + level], served["warm"][warm:warm + level])
-        cold, warm = cold + level, warm + 2 * level
-    return out
-
-
-def measured_l3_seconds(port: int, levels=(1, 2, 4)) -> dict[int, tuple[list[float], list[float], list[float]]]:
-    """Per level, the backend's seconds of each recompute, L3 and repeat request, in the order the stand-in served
-    them (it has no GPU or host cache: the repeat reads L3 again, its "warm" too)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/standin/l3_seconds", timeout=10) as answer:
-        l3 = json.loads(answer.read())
-    assert len(l3["cold"]) == sum(levels) and len(l3["warm"]) == 2 * sum(levels), l3  # every request went through SGLang's backend
-    out, cold, warm = {}, 0, 0
-    for level in levels:
-        out[level] = (l3["cold"][cold:cold + level], l3["warm"][warm:warm + level], l3["warm"][warm + level:warm + 2 * level])
+        out[level] = (seconds["cold"][cold:cold + level], seconds["warm"][warm:warm + level], seconds["warm"][warm + level:warm + 2 * level])
         cold, warm = cold + level, warm + 2 * level
     return out
 
@@ -104,16 +93,16 @@ def test_bench_reports_three_phases_the_ratio_and_the_l3_rate_as_table_json_and_
     data = json.loads((out / "bench.json").read_text())
     assert [row["concurrency"] for row in data["levels"]] == [1, 2, 4] and data["findings"] == []
     assert data["l3_bytes_per_token"] == STANDIN_BYTES_PER_TOKEN, data["l3_bytes_basis"]
-    l3 = measured_l3_seconds(port)
+    l3 = per_level(port, "l3_seconds")  # SGLang's backend's seconds: every request went through it
     assert all(t > 0 for _, warm, _ in l3.values() for t in warm)  # the pages really came back through SGLang's backend
-    served = served_ttft(port)
+    served = per_level(port, "served_ttft")
     loaded = WORDS // PAGE * PAGE
     for row, line in zip(data["levels"], lines[2:5], strict=True):
         c = row["concurrency"]
         # the stand-in is its model: no request is served faster than its prefill and copy (the sleeps) and its L3 work
         assert all(t >= model_seconds(0) + l3_t for t, l3_t in zip(sorted(served[c][0]), sorted(l3[c][0]), strict=True)), (served[c], l3[c])
         assert min(served[c][1]) >= model_seconds(loaded), served[c]
-        expected = expected_speedup(*served[c])
+        expected = expected_speedup(served[c][0], served[c][1])
         assert abs(row["speedup"] / expected - 1) < 0.10, (row, expected, served[c], l3[c])
         assert row["l3_recompute_ratio"] == pytest.approx(row["l3_mean_s"] / row["recompute_mean_s"], abs=2e-3)
         assert row["l3_recompute_ratio"] == pytest.approx(1 / row["speedup"], rel=0.02) and row["l3_loses"] is False
