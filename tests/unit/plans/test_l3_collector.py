@@ -48,11 +48,14 @@ def file_page(directory, n, *, tp_size=2, model="Qwen-Qwen3-8B", age=0.0, now=No
 
 
 def nixl_page(directory, n, *, age=0.0, now=None):
-    """One HiCacheNixl page of a non-MLA model at TP 1: its _k and _v objects, in two bucket directories."""
+    """One HiCacheNixl page of a non-MLA model at TP 1: its _k and _v objects, each in the bucket directory its name
+    routes to (nixl_routing.route_key: the low byte of the name's 8-byte blake2b)."""
     paths = []
-    for part, bucket in (("k", key(n)[:2]), ("v", key(n + 10**6)[:2])):
+    for part in ("k", "v"):
+        name = f"{key(n)}_Qwen-Qwen3-8B_0_1_{part}"
+        bucket = f"{hashlib.blake2b(name.encode(), digest_size=8).digest()[-1]:02x}"
         os.makedirs(os.path.join(directory, bucket), exist_ok=True)
-        path = os.path.join(directory, bucket, f"{key(n)}_Qwen-Qwen3-8B_0_1_{part}")
+        path = os.path.join(directory, bucket, name)
         with open(path, "wb") as f:
             f.write(b"\0" * PAGE)
         paths.append(path)
@@ -320,3 +323,127 @@ def test_render_names_the_collectors_files_on_its_host_only():
     assert l3_collector.STATE_FILE in {k.path for k in on_collector.kept}
     assert not {l3_collector.PROGRAM, l3_collector.CONFIG_FILE} & {f.path for f in elsewhere.files}
     assert ("sglang_server", l3_collector.CONFIG_FILE) in elsewhere.removed
+
+
+# --- what an operator or a hostile writer of the tier meets (audit 2026-12-06) -------------------------------------
+
+
+def test_files_named_like_a_key_that_sglang_would_not_write_there_are_never_removed(tmp_path):
+    root = tmp_path / "tier"
+    now = time.time()
+    file_page(root / "a", 1, age=1000, now=now)
+    strays = [root / "a" / f"{key(2)}.txt", root / "a" / f"{key(3)}_backup.tar", root / "a" / "00" / f"{key(4)}_m_0_1_k"]
+    for stray in strays:  # not .bin beside the pages; a nixl name in a bucket its name does not route to
+        stray.parent.mkdir(parents=True, exist_ok=True)
+        stray.write_bytes(b"\0" * 11)
+        os.utime(stray, (now - 5000, now - 5000))
+    assert collect.nixl_bucket(strays[2].name) != "00"
+    report = collect.collect(config(root, {"a": {"share_pct": None}}, budget=0), out=lambda _: None)
+    assert all(stray.exists() for stray in strays) and not any(root.joinpath("a").glob("*.bin"))
+    assert report["removed"]["a"]["pages"] == 1 and report["other_bytes"] == 33
+
+
+def test_a_file_it_may_not_remove_is_said_and_the_run_goes_on(tmp_path, monkeypatch):
+    root = tmp_path / "tier"
+    now = time.time()
+    stuck = file_page(root / "a", 1, age=3000, now=now)
+    file_page(root / "a", 2, age=2000, now=now)
+    real_unlink = os.unlink
+
+    def refused(name, *, dir_fd=None):
+        if name == os.path.basename(stuck[1]):
+            raise PermissionError(1, "Operation not permitted")
+        return real_unlink(name, dir_fd=dir_fd)
+
+    monkeypatch.setattr(collect.os, "unlink", refused)
+    said = []
+    report = collect.collect(config(root, {"a": {"share_pct": None}}, budget=0), out=said.append)
+    assert report["removed"]["a"]["pages"] == 1 and len(report["not_removed"]) == 1  # page 2 went all the same
+    assert any("could not remove" in line and "Operation not permitted" in line for line in said), said
+    assert json.loads((tmp_path / "state.json").read_text())["evicted"]["a"]["pages"] == 1  # and is counted
+
+
+def test_an_unreadable_directory_is_said_and_left(tmp_path, monkeypatch):
+    root = tmp_path / "tier"
+    now = time.time()
+    file_page(root / "a", 1, age=1000, now=now)
+    nixl_page(root / "b", 2, age=1000, now=now)
+    real_scandir = os.scandir
+    locked = {str(p.parent) for p in (root / "b").rglob("*_k")}
+
+    def scandir(path):
+        if str(path) in locked:
+            raise PermissionError(13, "Permission denied")
+        return real_scandir(path)
+
+    monkeypatch.setattr(collect.os, "scandir", scandir)
+    said = []
+    report = collect.collect(config(root, {"a": {"share_pct": None}, "b": {"share_pct": None}}, budget=0), out=said.append)
+    assert report["removed"]["a"]["pages"] == 1 and any("cannot read" in w for w in report["warnings"]), report
+
+
+def test_a_directory_swapped_for_a_symlink_after_the_listing_leads_nowhere(tmp_path, monkeypatch):
+    root = tmp_path / "tier"
+    victim = tmp_path / "victim"
+    now = time.time()
+    paths = nixl_page(root / "a", 1, age=1000, now=now)
+    bucket = os.path.dirname(paths[0])
+    victim.mkdir()
+    (victim / os.path.basename(paths[0])).write_bytes(b"keep")
+    os.utime(victim / os.path.basename(paths[0]), (now - 1000, now - 1000))
+    real_remove = collect.remove
+
+    def swapped_then_removed(page):  # a writer of the tier swaps a bucket for a symlink out of it meanwhile
+        os.rename(bucket, bucket + ".moved")
+        os.symlink(victim, bucket)
+        return real_remove(page)
+
+    monkeypatch.setattr(collect, "remove", swapped_then_removed)
+    report = collect.collect(config(root, {"a": {"share_pct": None}}, budget=0), out=lambda _: None)
+    assert (victim / os.path.basename(paths[0])).read_bytes() == b"keep"
+    assert report["not_removed"] and not report["removed"], report
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"budget_bytes": float("nan")}, "budget_bytes"), ({"budget_bytes": -5}, "budget_bytes"),
+    ({"budget_bytes": "10"}, "budget_bytes"), ({"budget_bytes": None}, "budget_bytes"),
+    ({"free_floor_pct": 150}, "free_floor_pct"), ({"namespaces": {"../victim": {}}}, "../victim"),
+    ({"namespaces": {"/etc": {}}}, "/etc"), ({"namespaces": {"a": None}}, "'a'"),
+    ({"namespaces": {"a": {"share_pct": "30"}}}, "share_pct"), ({"root": "tier"}, "root"),
+])
+def test_a_config_out_of_shape_is_refused_in_one_line_and_nothing_is_removed(tmp_path, change, named):
+    root = tmp_path / "tier"
+    file_page(root / "a", 1, age=1000)
+    (tmp_path / "c.json").write_text(json.dumps({**config(root, {"a": {"share_pct": None}}, budget=1), **change}))
+    run = subprocess.run([sys.executable, str(l3_collector.PROGRAM_SOURCE), "--config", str(tmp_path / "c.json")],
+                         capture_output=True, text=True)
+    assert run.returncode == 1 and len(run.stderr.strip().splitlines()) == 1 and named in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr and len(pages_left(root)) == 1
+
+
+def test_pages_dated_in_the_future_are_taken_as_least_recently_used(tmp_path):
+    root = tmp_path / "tier"
+    now = time.time()
+    file_page(root / "a", 1, age=-10 * 365 * 86400, now=now)  # ten years ahead
+    file_page(root / "a", 2, age=1000, now=now)
+    said = []
+    report = collect.collect(config(root, {"a": {"share_pct": None}}, budget=2 * PAGE), out=said.append)
+    assert {k for _, k in pages_left(root)} == {key(2)} and report["removed"]["a"]["pages"] == 1
+    assert any("dated in the future" in line for line in said), said
+
+
+def test_a_floor_no_eviction_can_reach_evicts_nothing_for_it():
+    now = 10_000.0
+    pages = {}
+    for n in range(3):
+        page = collect.Page("/tier", "a", key(n))
+        page.bytes, page.used = PAGE, now - 1000
+        pages[("a", key(n))] = page
+    # 100 bytes free of 1 MB and a 50 % floor: all three pages (3000 bytes) cannot bring it there
+    chosen, _, _ = collect.plan_eviction(pages, {"a": 3 * PAGE}, 0, budget=10**9, shares={"a": None}, fs_size=10**6,
+                                         fs_free=100, floor_pct=50, now=now, grace=60)
+    assert chosen == []
+    reachable, _, _ = collect.plan_eviction(pages, {"a": 3 * PAGE}, 0, budget=10**9, shares={"a": None}, fs_size=10**4,
+                                            fs_free=100, floor_pct=20, now=now, grace=60)
+    assert [reason for _, reason in reachable] == ["free space under the floor"] * 2
+
