@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import ipaddress
+import math
 import re
 import unicodedata
 from collections.abc import Callable
@@ -51,6 +52,8 @@ class Domain:
         if isinstance(value, bool):
             return None
         if isinstance(value, (int, float)):
+            if isinstance(value, float) and not math.isfinite(value):
+                return "is not a finite number"
             if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
                 return "is below the range"
             if self.high is not None and (value > self.high or (self.high_open and value == self.high)):
@@ -462,7 +465,8 @@ VARIABLES: tuple[Var, ...] = (
     _v("hicache_limits_restart_runtime", "bool", False, "Restart the runtime service when its limit changes; off by default because it stops running containers.", role="host_limits"),
     _v("hicache_host_sysctls", "dict", {}, "Further sysctls, persisted in /etc/sysctl.d/90-hicache.conf and applied.", role="host_limits",
        domain=Domain("sysctl names mapped to values", {"vm.max_map_count": 1048576}, "sysctl",
-              keys=Domain("a sysctl name such as net.core.rmem_max (letters, digits and _ . / * -)", "net.core.rmem_max", "sysctl", pattern=r"[A-Za-z0-9_][A-Za-z0-9_.*/-]*"),
+              keys=Domain("a sysctl name such as net.core.rmem_max (words of letters, digits and _ * - joined by . or /)", "net.core.rmem_max", "sysctl",
+                          pattern=r"[A-Za-z0-9_*-]+(?:[./][A-Za-z0-9_*-]+)*"),
               items=dataclasses.replace(NON_EMPTY, rule="sysctl", text="a non-empty value", example="1"), item_types=("str", "int"))),
 )
 

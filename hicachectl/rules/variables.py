@@ -148,6 +148,10 @@ def _check_host_name(host: str) -> list[Finding]:
     """The inventory's host name is written into the header of every script; it must be one line too."""
     out = _Collector(host.encode("unicode_escape").decode() if schema.refused_characters(host) else host)
     _control_characters(out, "inventory_hostname", host)
+    # It also names the host's directory under `render --out` and on the controller: never a path.
+    if "/" in host or "\\" in host or host in (".", ".."):
+        out.error("inventory_hostname", "host-name", "is a path, not a host name: it names the host's own directory (render --out).",
+                  "name the host without / or \\ (its address goes in ansible_host).")
     return out.findings
 
 
@@ -189,9 +193,9 @@ def check_variables(host: str, raw: Mapping[str, Any], scope: set[str] | None = 
             hint = ""
             if var.type in ("bool", "int", "float") and isinstance(value, str):
                 hint = " Write it without quotes."
-            elif var.type == "str" and isinstance(value, (int, float)) and not isinstance(value, bool):
+            elif var.type == "str" and isinstance(value, (int, float)) and not isinstance(value, bool) and not var.secret:
                 hint = f" Quote it: '{value}'."
-            out.error(name, "type", f"is {type(value).__name__} {value!r}, expected {_TYPE_WORDS[var.type]}.",
+            out.error(name, "type", f"is {type(value).__name__} {'(a secret: not shown)' if var.secret else _shown(value, False)}, expected {_TYPE_WORDS[var.type]}.",
                       f"give {_TYPE_WORDS[var.type]}.{hint}")
             continue
         if var.choices and value not in var.choices:

@@ -91,8 +91,13 @@ def path_of(key, root=""):
         return root + key
     dot, slash = key.find("."), key.find("/")
     if slash != -1 and (dot == -1 or slash < dot):
-        return root + "/proc/sys/" + key
-    return root + "/proc/sys/" + key.translate(str.maketrans("./", "/."))
+        path = "/proc/sys/" + key
+    else:
+        path = "/proc/sys/" + key.translate(str.maketrans("./", "/."))
+    # A sysctl name never leads out of /proc/sys (kernel/../../../root/.ssh/authorized_keys is a file, not a sysctl).
+    if any(part in ("", ".", "..") for part in path[len("/proc/sys/"):].split("/")):
+        raise ValueError(f"{key!r} is not a sysctl name")
+    return root + path
 
 
 def writable(path):
@@ -109,7 +114,12 @@ def decide(values, check_mode, root="", after_load=()):
     """Read every value, write what differs (unless check_mode). Returns set / unavailable / matching."""
     changed, unavailable, matching = {}, {}, []
     for key, wanted in values.items():
-        path, wanted = path_of(key, root), str(wanted).strip()
+        try:
+            path = path_of(key, root)
+        except ValueError as exc:
+            unavailable[key] = str(exc)
+            continue
+        wanted = str(wanted).strip()
         shown = path[len(root):]
         if check_mode and key in after_load and not os.path.exists(path):
             changed[key] = {"before": "(absent until its module is loaded)", "after": wanted}

@@ -317,3 +317,56 @@ def test_without_a_container_a_downloaded_model_has_one_consistent_fix():
     assert not [f for f in found if f.level == rules.ERROR], [f.format() for f in found]
     _, found = rules.check_host(host, {**base, "hicache_model_dir": "/srv/elsewhere"})
     assert [(f.rule, f.variable) for f in found if f.level == rules.ERROR] == [("no-container", "hicache_model_dir")]
+
+
+# --- what an audit of bad input found (2026-12-06) ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["kernel/../../../root/.ssh/authorized_keys", "/etc/shadow", "net..core", "net.core.", ".net.core",
+                                  "net//core"])
+def test_a_sysctl_name_that_is_a_path_is_refused(name):
+    assert ("sysctl", f"hicache_host_sysctls.{name}") in _errors("local", host_sysctls={name: "1"})
+
+
+@pytest.mark.parametrize("name", ["net.core.rmem_max", "net/ipv4/conf/ens1f0.100/rp_filter", "net.ipv4.conf.ens1f0/100.rp_filter",
+                                  "net.ipv4.conf.*.rp_filter", "kernel.numa_balancing"])
+def test_sysctl_names_as_sysctl_d_writes_them_pass(name):
+    assert not _errors("local", host_sysctls={name: "1"})
+
+
+@pytest.mark.parametrize("variable", ["ratio", "mem_fraction_static", "l3_budget_gb"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_not_a_number_and_infinity_are_refused(variable, value):
+    assert any(v == f"hicache_{variable}" for _, v in _errors("local", **{variable: value}))
+
+
+def test_a_secret_of_the_wrong_type_is_not_shown_in_its_error():
+    found = [f for f in rules.check_host(*_with("local", {"model_hub_token": 123}))[1]
+             if f.variable == "hicache_model_hub_token" and f.rule == "type"]
+    assert found and "123" not in found[0].message + found[0].fix, found
+
+
+@pytest.mark.parametrize("host", ["../../escape", "/tmp/abs", "a/b", "..", "."])
+def test_a_host_name_that_is_a_path_is_refused(host):
+    from hicachectl.rules import variables
+
+    assert any(f.rule == "host-name" and f.level == "error" for f in variables._check_host_name(host))
+
+
+def test_the_kernel_values_module_never_writes_outside_proc_sys_for_a_sysctl_name(tmp_path):
+    import importlib.util
+
+    from support import ROOT
+
+    spec = importlib.util.spec_from_file_location("kv", ROOT / "plugins/modules/hicache_kernel_values.py")
+    kv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kv)
+    target = tmp_path / "root/.ssh/authorized_keys"
+    target.parent.mkdir(parents=True)
+    target.write_text("keep\n")
+    (tmp_path / "proc/sys/kernel").mkdir(parents=True)
+    with pytest.raises(ValueError):
+        kv.path_of("kernel/../../../root/.ssh/authorized_keys", str(tmp_path))
+    decided = kv.decide({"kernel/../../../root/.ssh/authorized_keys": "x"}, False, str(tmp_path))
+    assert not decided["set"] and "is not a sysctl name" in decided["unavailable"]["kernel/../../../root/.ssh/authorized_keys"]
+    assert target.read_text() == "keep\n"
