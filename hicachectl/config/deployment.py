@@ -16,6 +16,8 @@ from typing import Any
 from hicachectl.config import schema
 
 PREFIX = "hicache_"
+# Where the config directory appears inside the server's container (run.sh: -v CFG_DIR:/cfg:ro).
+CONTAINER_CFG_DIR = "/cfg"
 
 
 def field_name(var_name: str) -> str:

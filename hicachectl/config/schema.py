@@ -11,6 +11,7 @@ import csv
 import dataclasses
 import ipaddress
 import math
+import posixpath
 import re
 import unicodedata
 from collections.abc import Callable
@@ -171,8 +172,26 @@ POSITIVE = Domain("an integer of at least 1", 1, "range", low=1)
 NON_NEGATIVE = Domain("an integer of at least 0", 0, "range", low=0)
 PORT = Domain("a TCP port, 1-65535", 30000, "range", low=1, high=65535)
 PERCENT = Domain("a percentage, 0-100", 100, "range", low=0, high=100)
-UNIT_PATH = "an absolute path of letters, digits and / . _ + - only (it is written into the systemd unit{})"
+UNIT_PATH = ("an absolute path of letters, digits and / . _ + - only (it is written into the systemd unit{}), "
+             "not / or one of the system's own directories (/etc, /usr, /var, /opt and the others at the top, /usr/*, /var/lib, /var/log)")
+# The L3 mount point: its fstab line and mount unit (mnt-kvcache.mount, After=) name it as the kernel does.
+MOUNT_POINT = UNIT_PATH.format(" and /etc/fstab") + ", written plainly (no . or .. or // in it, no / at its end)"
 _UNIT_PATH = r"/[A-Za-z0-9/._+-]*"
+# The directories the toolkit makes, fills, mounts over or copies whole (cfg/ into cfg.previous/): never the system's.
+SYSTEM_DIRECTORIES = frozenset({"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media", "/mnt",
+                                "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var", "/var/lib",
+                                "/var/log", "/var/cache", "/var/tmp", "/var/run", "/etc/systemd", "/etc/hicache"})
+
+
+def own_directory(path: str) -> bool:
+    """A directory of the toolkit's own, not one the system needs (wherever its . and .. lead)."""
+    where = posixpath.normpath(path) if path.startswith("/") else path
+    return where not in SYSTEM_DIRECTORIES and not (where.count("/") == 2 and where.startswith("/usr/"))
+
+
+def own_mount_point(path: str) -> bool:
+    """The L3 mount point: a directory of the toolkit's own, written as the kernel and systemd name it."""
+    return own_directory(path) and (path == "/" or all(part not in ("", ".", "..") for part in path.split("/")[1:]))
 MOUNT_PATH = Domain("an absolute path without ':' (it is mounted with -v DIR:PATH)", "/models/weights", "mount-path", pattern=r"/[^:]*")
 ONE_LINE = r"\S(?:.*\S)?"  # not empty, no leading or trailing blanks (control characters are refused everywhere)
 NON_EMPTY = Domain("a non-empty value without leading or trailing spaces", "value", "non-empty", pattern=ONE_LINE)
@@ -180,6 +199,20 @@ WORD = Domain("a non-empty word", "word", "non-empty", pattern=r"(?s).+")
 ULIMITS = ("core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile", "nproc", "rss", "rtprio",
            "rttime", "sigpending", "stack")
 UNIT_STEM = r"[A-Za-z0-9_.][A-Za-z0-9_.-]{0,246}"  # systemd unit name characters, without its \\x escapes and ':'
+# Units a server's or router's unit file in /etc/systemd/system would replace (it shadows /lib/systemd/system): the
+# toolkit's own, the container runtimes', and the system services a GPU host runs.
+OTHER_UNITS = frozenset({"hicache-nic-tuning", "hicache-l3-collector", "docker", "containerd", "podman", "ssh", "sshd", "dbus", "cron",
+                         "crond", "rpcbind", "networking", "NetworkManager", "irqbalance", "chrony", "chronyd", "rsyslog", "auditd",
+                         "polkit", "multipathd", "iscsid", "openibd", "rdma", "rdma-load-modules", "kubelet", "nvidia-persistenced",
+                         "nvidia-fabricmanager", "nvidia-dcgm", "prometheus", "prometheus-node-exporter"})
+OTHER_UNIT_PREFIXES = ("systemd-", "getty", "nfs-", "rpc-", "nvidia-", "user@")
+
+
+def unit_of_its_own(stem: str) -> bool:
+    return stem not in OTHER_UNITS and not stem.startswith(OTHER_UNIT_PREFIXES)
+
+
+UNIT_NAME = "a systemd unit name without .service: letters, digits and _ . -, not starting with -, and not the name of another unit ({})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,13 +248,13 @@ def _v(*args, **kwargs) -> Var:
 VARIABLES: tuple[Var, ...] = (
     # --- where things live on the host -------------------------------------------------------
     _v("hicache_base_dir", "str", "/opt/sglang-hicache", "Working directory on the host; holds cfg/ by default.",
-       domain=Domain(UNIT_PATH.format(" as the parent of the config directory"), "/opt/sglang-hicache", "unit-safe-path", pattern=_UNIT_PATH)),
+       domain=Domain(UNIT_PATH.format(" as the parent of the config directory"), "/opt/sglang-hicache", "unit-safe-path", pattern=_UNIT_PATH, check=own_directory)),
     _v("hicache_cfg_dir", "str", None, "Host directory for start.sh and backend config (default: <base_dir>/cfg). Mounted read-only at /cfg.",
-       domain=Domain(UNIT_PATH.format(""), "/opt/sglang-hicache/cfg", "unit-safe-path", pattern=_UNIT_PATH)),
+       domain=Domain(UNIT_PATH.format(""), "/opt/sglang-hicache/cfg", "unit-safe-path", pattern=_UNIT_PATH, check=own_directory)),
     _v("hicache_model_dir", "str", None, "Host directory with the model weights, mounted read-only at hicache_model_path (with "
        "hicache_container_runtime none: hicache_model_path itself, where the server reads them). None: no mount (hub id).", domain=MOUNT_PATH),
     _v("hicache_cache_dir", "str", None, "Host directory of the L3 tier (the storage mount point). Required for the file and nixl backends.",
-       domain=Domain(UNIT_PATH.format(" and /etc/fstab"), "/mnt/kvcache", "unit-safe-path", pattern=_UNIT_PATH)),
+       domain=Domain(MOUNT_POINT, "/mnt/kvcache", "unit-safe-path", pattern=_UNIT_PATH, check=own_mount_point)),
     _v("hicache_cache_container_dir", "str", None, "Where the L3 directory appears inside the container (default: same path as on the host).", domain=dataclasses.replace(MOUNT_PATH, example="/mnt/kvcache")),
     # --- the container ------------------------------------------------------------------------
     _v("hicache_image", "str", NO_DEFAULT, "SGLang container image, pinned by tag or digest.",
@@ -260,7 +293,8 @@ VARIABLES: tuple[Var, ...] = (
        domain=Domain("at least one non-empty word", ["python3", "-m", "sglang.launch_server"], "non-empty", items=WORD, item_types=("str",), min_items=1)),
     # --- the service -------------------------------------------------------------------------------
     _v("hicache_service_name", "str", "sglang-hicache", "systemd unit that runs the server (serve.sh).",
-       domain=Domain("a systemd unit name without .service: letters, digits and _ . -, not starting with -", "sglang-hicache", "unit-name", pattern=UNIT_STEM)),
+       domain=Domain(UNIT_NAME.format("docker, ssh, systemd-*, hicache-nic-tuning ..."), "sglang-hicache", "unit-name", pattern=UNIT_STEM,
+                     check=unit_of_its_own)),
     _v("hicache_serial", "int", 0, "Hosts per batch when a change rolls out (0: all at once); hicachectl passes it to the play. upgrade, restart "
        "and rollback take 1 when it is 0, and so does deploy with routers (the others serve meanwhile).", role="site", domain=NON_NEGATIVE),
     _v("hicache_max_fail_percentage", "int", 100, "A batch with more failed hosts than this stops the rollout (upgrade uses 0).", role="site", domain=PERCENT),
@@ -358,9 +392,10 @@ VARIABLES: tuple[Var, ...] = (
        "(smg 1.13.0, sglang-router 0.3.2).", role="router",
        domain=Domain("a release version such as 1.13.0", "1.13.0", "version", pattern=r"[0-9]+(?:\.[0-9]+){1,3}(?:(?:a|b|rc|\.post|\.dev)[0-9]+)?")),
     _v("hicache_router_dir", "str", "/opt/sglang-router", "Directory of the router's own virtualenv on the router host.", role="router",
-       domain=Domain(UNIT_PATH.format(""), "/opt/sglang-router", "unit-safe-path", pattern=_UNIT_PATH)),
+       domain=Domain(UNIT_PATH.format(""), "/opt/sglang-router", "unit-safe-path", pattern=_UNIT_PATH, check=own_directory)),
     _v("hicache_router_service_name", "str", "sglang-router", "systemd unit that runs the router.", role="router",
-       domain=Domain("a systemd unit name without .service: letters, digits and _ . -, not starting with -", "sglang-router", "unit-name", pattern=UNIT_STEM)),
+       domain=Domain(UNIT_NAME.format("docker, ssh, systemd-*, hicache-nic-tuning ..."), "sglang-router", "unit-name", pattern=UNIT_STEM,
+                     check=unit_of_its_own)),
     _v("hicache_router_host", "str", "0.0.0.0", "Address the router listens on (--host).", role="router", domain=Domain("an IP address or a host name", "0.0.0.0", "address", check=is_address)),
     _v("hicache_router_port", "int", 30080, "Port of the router's OpenAI-compatible API and worker API (--port).", role="router", domain=PORT),
     _v("hicache_router_prometheus_port", "int", 29000, "Port of the router's Prometheus metrics (--prometheus-port).", role="router", domain=PORT),

@@ -13,10 +13,8 @@ from typing import Any
 import yaml
 
 from hicachectl.config import namespace, schema, secrets
-from hicachectl.config.deployment import _URING_KEYS, PREFIX, Deployment, field_name
+from hicachectl.config.deployment import _URING_KEYS, CONTAINER_CFG_DIR, PREFIX, Deployment, field_name
 from hicachectl.formats.tomlwriter import dumps as toml_dumps
-
-CONTAINER_CFG_DIR = "/cfg"
 
 # HiCache is what this product deploys: the flag is always on, placed where the HiCache flags start.
 _FIRST_HICACHE_VAR = "hicache_size_gb"

@@ -9,7 +9,7 @@ import posixpath
 import re
 
 from hicachectl.config import schema, secrets
-from hicachectl.config.deployment import PREFIX, Deployment, version_tuple
+from hicachectl.config.deployment import CONTAINER_CFG_DIR, PREFIX, Deployment, version_tuple
 from hicachectl.rules.findings import rule
 from hicachectl.rules.variables import _TYPE_WORDS, _type_ok
 
@@ -278,6 +278,23 @@ def _service(d: Deployment, out):
             out.error("hicache_model_dir", "no-container", "is mounted into the container, and hicache_container_runtime is none.",
                       "point hicache_model_path at the weights on the host and remove hicache_model_dir, or (to have the weights put "
                       "there) set hicache_model_dir to the same path.")
+
+
+@rule
+def _container_mounts(d: Deployment, out):
+    """Each -v of run.sh at its own path in the container: Docker refuses two at one (\"Duplicate mount point\"),
+    and one over another would hide the config or the weights."""
+    if d.container_runtime == "none":
+        return
+    mounts = {CONTAINER_CFG_DIR: "the config directory (/cfg)"}
+    for name, host_dir, inside in (("hicache_model_path", d.model_dir, d.model_path), ("hicache_cache_container_dir", d.cache_dir, d.cache_container_dir)):
+        if not host_dir or not inside:
+            continue
+        where = posixpath.normpath(inside)
+        if where in mounts:
+            out.error(name, "container-mount", f"{inside} is where {mounts[where]} is mounted in the container too.",
+                      f"give {name} a path of its own in the container.")
+        mounts.setdefault(where, name)
 
 
 _EXTRA_CONFIG_EXTENSIONS = (".json", ".toml", ".yaml", ".yml")

@@ -370,3 +370,38 @@ def test_the_kernel_values_module_never_writes_outside_proc_sys_for_a_sysctl_nam
     decided = kv.decide({"kernel/../../../root/.ssh/authorized_keys": "x"}, False, str(tmp_path))
     assert not decided["set"] and "is not a sysctl name" in decided["unavailable"]["kernel/../../../root/.ssh/authorized_keys"]
     assert target.read_text() == "keep\n"
+
+
+@pytest.mark.parametrize("variable", ["cfg_dir", "cache_dir", "base_dir"])
+@pytest.mark.parametrize("path", ["/", "/etc", "/usr", "/usr/lib", "/var/lib", "/opt", "/etc/", "/srv/../etc", "/mnt/../usr/lib"])
+def test_a_directory_the_toolkit_fills_mounts_or_copies_is_never_the_systems(variable, path):
+    assert ("unit-safe-path", f"hicache_{variable}") in _errors("local", **{variable: path})
+
+
+@pytest.mark.parametrize("path", ["/mnt/nvme/../kv", "/mnt/kv/", "/mnt//kv", "/mnt/./kv"])
+def test_the_l3_mount_point_is_written_as_the_kernel_and_systemd_name_it(path):
+    assert ("unit-safe-path", "hicache_cache_dir") in _errors("local", cache_dir=path)
+
+
+@pytest.mark.parametrize("path", ["/mnt/kvcache", "/opt/sglang-hicache/cfg", "/srv/l3", "/root/vastdata", "/data/kv.cache"])
+def test_directories_of_the_toolkits_own_pass(path):
+    assert not _errors("local", cfg_dir=path, cache_dir=path + "-l3", base_dir=path + "-base")
+
+
+def test_two_mounts_at_one_path_in_the_container_are_refused():
+    assert ("container-mount", "hicache_cache_container_dir") in _errors("vast", cache_container_dir="/cfg")
+    assert ("container-mount", "hicache_cache_container_dir") in _errors("vast", cache_container_dir="/cfg/")
+    host, variables = _host_vars("vast")
+    assert variables["hicache_model_dir"]  # the weights are mounted at hicache_model_path
+    assert ("container-mount", "hicache_cache_container_dir") in _errors("vast", cache_container_dir=variables["hicache_model_path"])
+    assert not {f for f in _errors("vast") if f[0] == "container-mount"}
+
+
+@pytest.mark.parametrize("name", ["docker", "ssh", "containerd", "systemd-journald", "hicache-nic-tuning", "hicache-l3-collector",
+                                  "nfs-server", "getty@tty1"])
+def test_the_servers_unit_never_takes_the_name_of_another(name):
+    assert ("unit-name", "hicache_service_name") in _errors("local", service_name=name)
+
+
+def test_a_unit_name_of_its_own_passes():
+    assert not _errors("local", service_name="sglang-hicache-b")
