@@ -128,3 +128,16 @@ def test_the_inventorys_kv_cache_dtype_sizes_the_pages():
 
     assert sizing.workload_for(deployment("local", kv_cache_dtype="fp8_e4m3")).kv_cache_dtype == "fp8_e4m3"
     assert sizing.workload_for(deployment("local")).kv_cache_dtype == "auto"
+
+
+@pytest.mark.parametrize("config", [
+    {"num_hidden_layers": 2, "num_attention_heads": 0, "hidden_size": 64},
+    {"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": "x"},
+    {"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": float("inf")},
+    {"num_hidden_layers": -2, "num_attention_heads": 4, "hidden_size": 64},
+    {"num_hidden_layers": 2, "text_config": 5},
+    [1, 2],
+])
+def test_a_model_config_that_is_not_one_is_a_sizing_error_not_a_crash(config):
+    with pytest.raises(sizing.SizingError):
+        sizing.model_shape(config)

@@ -97,6 +97,21 @@ def _layer_split(text: Mapping[str, Any], model_type: str, layers: int) -> tuple
 
 
 def model_shape(config: Mapping[str, Any]) -> ModelShape:
+    """The KV cache's shape from a model's config.json; a SizingError (one line) for a config that is not one."""
+    if not isinstance(config, Mapping) or not isinstance(config.get("text_config") or {}, Mapping):
+        raise SizingError("config.json is not a model config (a JSON object, its text_config one too); cannot size this model.")
+    try:
+        shape = _model_shape(config)
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError, IndexError, AttributeError) as exc:
+        raise SizingError(f"config.json has a value that is not a usable number ({type(exc).__name__}: {exc}); cannot size this model.") from None
+    counts = {"num_hidden_layers": shape.full_layers + shape.window_layers, "KV heads": shape.kv_heads, "head width": shape.kv_width}
+    for name, value in counts.items():
+        if value <= 0:
+            raise SizingError(f"config.json gives {name} {value}; cannot size this model.")
+    return shape
+
+
+def _model_shape(config: Mapping[str, Any]) -> ModelShape:
     text = {**config, **(config.get("text_config") or {})}
     model_type = str(text.get("model_type", ""))
     architecture = (config.get("architectures") or [model_type or "unknown"])[0]

@@ -300,6 +300,39 @@ def _container_mounts(d: Deployment, out):
 _EXTRA_CONFIG_EXTENSIONS = (".json", ".toml", ".yaml", ".yml")
 
 
+def _not_json(value, where: str) -> tuple[str, str] | None:
+    """(where, what) of the first value JSON cannot hold (a YAML date or binary, a key that is not a string, NaN)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{where} key {key!r}", f"is a key of type {type(key).__name__}"
+            found = _not_json(item, f"{where}.{key}")
+            if found:
+                return found
+        return None
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = _not_json(item, f"{where}[{i}]")
+            if found:
+                return found
+        return None
+    if isinstance(value, float) and value != value or isinstance(value, float) and value in (float("inf"), float("-inf")):
+        return where, f"is {value!r}"
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return None
+    return where, f"is a {type(value).__name__.lstrip('_').removeprefix('AnsibleTagged').lower() or 'value'} ({value!r})"
+
+
+@rule
+def _extra_config_json(d: Deployment, out):
+    """SGLang reads the extra config as JSON (or TOML, YAML files): every value one those hold alike."""
+    found = _not_json(dict(d.extra_config), "hicache_extra_config")
+    if found:
+        where, what = found
+        out.error("hicache_extra_config", "extra-config-type", f"{where} {what}: SGLang reads the config as JSON, which has no such value.",
+                  "write it as a string in quotes (or a number, true/false, a list or a mapping with string keys).")
+
+
 @rule
 def _extra_config_file(d: Deployment, out):
     name = d.extra_config_file
@@ -314,7 +347,7 @@ def _extra_config_file(d: Deployment, out):
     if ext not in _EXTRA_CONFIG_EXTENSIONS:
         out.error("hicache_extra_config_file", "extra-config-file", f"SGLang reads only {', '.join(_EXTRA_CONFIG_EXTENSIONS)} files; {ext or 'no extension'} fails at start.",
                   "name it *.toml, *.json or *.yaml.")
-    if ext == ".toml":
+    if ext == ".toml" and not _not_json(dict(d.extra_config), "hicache_extra_config"):
         from hicachectl.formats.tomlwriter import TomlError, dumps
         try:
             dumps(dict(d.extra_config))

@@ -193,6 +193,10 @@ def check_variables(host: str, raw: Mapping[str, Any], scope: set[str] | None = 
             hint = ""
             if var.type in ("bool", "int", "float") and isinstance(value, str):
                 hint = " Write it without quotes."
+            elif var.type == "str" and isinstance(value, int) and not isinstance(value, bool) and var.domain is not None \
+                    and var.domain.rule == "file-mode" and 0 <= value <= 0o7777:
+                # YAML reads an unquoted 0755 as the octal number 493: the fix is the mode as written, quoted.
+                hint = f" Quote it: '{value:04o}'."
             elif var.type == "str" and isinstance(value, (int, float)) and not isinstance(value, bool) and not var.secret:
                 hint = f" Quote it: '{value}'."
             out.error(name, "type", f"is {type(value).__name__} {'(a secret: not shown)' if var.secret else _shown(value, False)}, expected {_TYPE_WORDS[var.type]}.",
@@ -286,4 +290,11 @@ def orphan_host_vars(orphans: Mapping[str, str]) -> list[Finding]:
     renamed or removed, a typo in the file's name), so what they set is lost without a word."""
     return [Finding(WARNING, name, "host_vars", "host-vars-orphan", f"{path} names no host of the inventory, so nothing it sets is used.",
                     "rename it after the host it is for, or remove it.")
+            for name, path in orphans.items()]
+
+
+def orphan_group_vars(orphans: Mapping[str, str]) -> list[Finding]:
+    """group_vars of a name that is no group of the inventory (hicache_server.yml for hicache_servers): read for nobody."""
+    return [Finding(WARNING, "all", "group_vars", "group-vars-orphan", f"{path} names no group of the inventory, so nothing it sets is used.",
+                    "rename it after the group it is for (all, hicache_servers, hicache_routers or one of yours), or remove it.")
             for name, path in orphans.items()]

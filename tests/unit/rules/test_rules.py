@@ -405,3 +405,16 @@ def test_the_servers_unit_never_takes_the_name_of_another(name):
 
 def test_a_unit_name_of_its_own_passes():
     assert not _errors("local", service_name="sglang-hicache-b")
+
+
+@pytest.mark.parametrize("extra", [{"d": __import__("datetime").date(2024, 1, 1)}, {"b": b"hello"}, {1: "x"},
+                                   {"plugin": {"POSIX": {"n": float("nan")}}}, {"l": [{"when": __import__("datetime").date(2024, 1, 1)}]}])
+def test_an_extra_config_value_json_cannot_hold_is_refused(extra):
+    assert ("extra-config-type", "hicache_extra_config") in _errors("local", extra_config=extra)
+    assert ("extra-config-type", "hicache_extra_config") in _errors("local", extra_config=extra, extra_config_file="nixl.toml")
+
+
+def test_an_unquoted_octal_mode_gets_the_fix_written_as_it_was():
+    host, variables = _with("local", {"cache_mode": 0o755})  # YAML's reading of `hicache_cache_mode: 0755`
+    found = [f for f in rules.check_host(host, variables)[1] if f.variable == "hicache_cache_mode"]
+    assert found and "'0755'" in found[0].fix and "493" not in found[0].fix, [f.format() for f in found]
