@@ -229,3 +229,28 @@ def test_readme_exit_codes_are_the_codes_table():
     assert readme.wanted(text) == text, "README's exit codes drifted: python -m hicachectl.cli.readme --write"
     for code, meaning in hicli.EXIT_CODES.items():
         assert f"| `{code}` | {meaning} |" in text
+
+
+def test_a_refused_init_writes_nothing_and_a_file_as_out_is_a_usage_error(tmp_path):
+    bad_router = cli("init", "--profile", "local", "--hosts", "gpu-01", "--routers", "bad name!", "--out", str(tmp_path / "inv"))
+    assert bad_router.returncode == 2 and "not a host name" in bad_router.stdout + bad_router.stderr
+    assert not (tmp_path / "inv").exists()  # nothing written: the same command, mended, runs
+    (tmp_path / "afile").write_text("x")
+    on_a_file = cli("init", "--profile", "local", "--hosts", "gpu-01", "--out", str(tmp_path / "afile"))
+    assert on_a_file.returncode == 2 and "is a file" in on_a_file.stdout + on_a_file.stderr, on_a_file.stdout + on_a_file.stderr
+    assert "unexpected" not in on_a_file.stdout + on_a_file.stderr
+    mended = cli("init", "--profile", "local", "--hosts", "gpu-01", "--routers", "router-01", "--out", str(tmp_path / "inv"))
+    assert mended.returncode == 0, mended.stdout + mended.stderr
+
+
+def test_an_inventory_named_by_an_empty_string_is_refused(tmp_path):
+    run = cli("validate", "-i", "", cwd=str(tmp_path))
+    assert run.returncode != 0 and "empty string" in run.stdout + run.stderr, run.stdout + run.stderr
+
+
+def test_a_group_vars_file_of_no_group_is_warned(tmp_path):
+    inventory = tmp_path / "inv"
+    shutil.copytree(ROOT / "inventories/local", inventory)
+    (inventory / "group_vars/hicache_server.yml").write_text("hicache_page_size: 32\n")  # hicache_servers meant
+    run = cli("validate", "-i", str(inventory))
+    assert "group-vars-orphan" in run.stdout + run.stderr and "hicache_server.yml" in run.stdout + run.stderr, run.stdout + run.stderr

@@ -92,7 +92,7 @@ def check(inventory: str, limit: str | None, overrides: dict | None = None, *, o
     command that only shows files (render, monitoring, size), where a profile's placeholders are warnings, not errors."""
     from hicachectl import rules
     from hicachectl.config import schema
-    from hicachectl.rules.variables import misspelled_variables, orphan_host_vars, plain_text_secrets, refuse_placeholders
+    from hicachectl.rules.variables import misspelled_variables, orphan_group_vars, orphan_host_vars, plain_text_secrets, refuse_placeholders
 
     inv = load(inventory, limit)
     deployments, findings = {}, []
@@ -107,6 +107,7 @@ def check(inventory: str, limit: str | None, overrides: dict | None = None, *, o
     for host, typos in getattr(inv, "misspelled", {}).items():
         findings.extend(misspelled_variables(host, typos))
     findings.extend(orphan_host_vars(getattr(inv, "orphan_host_vars", {})))
+    findings.extend(orphan_group_vars(getattr(inv, "orphan_group_vars", {})))
     findings.extend(rules.check_shared_tiers(deployments))
     findings.extend(rules.check_routed(deployments, getattr(inv, "routers", {}), getattr(inv, "connections", None)))
     for host, variables in getattr(inv, "routers", {}).items():  # a router host: only the router's variables

@@ -193,6 +193,12 @@ def init(profile: str = typer.Option(..., help="One of the shipped inventories: 
     clash = sorted(set(servers) & set(router_names))
     if clash:
         raise common.usage(f"--routers: {', '.join(clash)} is named in --hosts too; a host is a server or a router, not both.")
+    # Every check before the first file is written: a refused init leaves --out as it was.
+    bad = [h for h in router_names if not scaffold._HOST_NAME.match(h)]
+    if bad:
+        raise common.usage(f"--routers: not a host name: {', '.join(map(repr, bad))}.")
+    if out.exists() and not out.is_dir():
+        raise common.usage(f"--out {out} is a file; give a new directory (or an empty one).")
     try:
         written = scaffold.init(profile, list(servers), out)
     except scaffold.ScaffoldError as exc:
@@ -272,8 +278,6 @@ def _place_hosts(hosts_file: pathlib.Path, servers: dict, routers: dict) -> None
     header comment is kept."""
     import yaml
 
-    from hicachectl.cli import scaffold
-
     text = hosts_file.read_text()
     header = "".join(line + "\n" for line in text.splitlines() if line.startswith(("---", "#")))
     inventory = yaml.safe_load(text)
@@ -282,9 +286,6 @@ def _place_hosts(hosts_file: pathlib.Path, servers: dict, routers: dict) -> None
         if connection:
             children["hicache_servers"]["hosts"][name] = {**(children["hicache_servers"]["hosts"][name] or {}), **connection}
     if routers:
-        bad = [h for h in routers if not scaffold._HOST_NAME.match(h)]
-        if bad:
-            raise common.usage(f"--routers: not a host name: {', '.join(map(repr, bad))}.")
         children["hicache_routers"] = {"hosts": {h: (connection or None) for h, connection in routers.items()}}
     hosts_file.write_text(header + yaml.safe_dump(inventory, sort_keys=False))
 

@@ -58,6 +58,7 @@ class Inventory:
     # host -> {a name no role reads: the catalogue variable it was likely meant to be} (schema.misspelled; validate refuses)
     misspelled: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
     orphan_host_vars: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> host_vars file of no host (ignored)
+    orphan_group_vars: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> group_vars file of no group (ignored)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +95,8 @@ def search_places(name_or_path: str) -> list[pathlib.Path]:
 
 
 def resolve_path(name_or_path: str) -> pathlib.Path:
+    if not str(name_or_path).strip():  # "" would be the current directory, or every shipped profile at once
+        raise InventoryNotFound("the inventory is named by an empty string; give its name (local, prod) or its path.")
     places = search_places(name_or_path)
     for place in places:
         if place.exists():
@@ -449,9 +452,15 @@ def load(name_or_path: str, limit: str | None = None) -> Inventory:
              if not f.name.startswith(".") and (f.is_dir() or f.suffix in ("", ".yml", ".yaml", ".json"))}
     # localhost: Ansible's implicit host (the playbooks' controller plays) reads host_vars/localhost.yml too
     orphans = {name: str(f) for f, name in named.items() if name not in every and name != "localhost"}
+    group_vars_dir = (path if path.is_dir() else path.parent) / "group_vars"
+    groups = {f: f.name if f.is_dir() or f.suffix == "" else f.stem for f in sorted(group_vars_dir.glob("*"))
+              if not f.name.startswith(".") and (f.is_dir() or f.suffix in ("", ".yml", ".yaml", ".json"))}
+    # hicache_routers: a group every playbook names, whether this inventory has router hosts yet or not
+    group_orphans = {name: str(f) for f, name in groups.items() if name not in manager.groups and name != ROUTERS}
     return Inventory(name=name_or_path, path=path, hosts=servers, notes=list(dict.fromkeys(notes)), connections=connections,
                      routers=router_vars, plain_secrets=plain_secrets,
-                     in_both=[h.name for h in hosts if h.name in routers and h.name in grouped_servers], misspelled=misspelled, orphan_host_vars=orphans)
+                     in_both=[h.name for h in hosts if h.name in routers and h.name in grouped_servers], misspelled=misspelled, orphan_host_vars=orphans,
+                     orphan_group_vars=group_orphans)
 
 
 def _refuse_duplicate_keys(notes: list[str]) -> None:
