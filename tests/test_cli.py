@@ -254,3 +254,29 @@ def test_a_group_vars_file_of_no_group_is_warned(tmp_path):
     (inventory / "group_vars/hicache_server.yml").write_text("hicache_page_size: 32\n")  # hicache_servers meant
     run = cli("validate", "-i", str(inventory))
     assert "group-vars-orphan" in run.stdout + run.stderr and "hicache_server.yml" in run.stdout + run.stderr, run.stdout + run.stderr
+
+
+def test_a_value_given_as_vault_is_never_printed_whichever_variable_holds_it(tmp_path):
+    """An inline `!vault` is the user's word that the value is secret: in hicache_served_model_name or a container
+    environment value (no catalogue secret, no hicache_secret_keys), it is masked in every output as a secret is."""
+    password_file = tmp_path / "vault-pass"
+    password_file.write_text(PASSWORD + "\n")
+    inventory = _local_copy(tmp_path / "inv")
+    vaulted = {"hicache_served_model_name": "VaultedModelName987", "VAULTED_ENV": "VaultedEnvValue654"}
+    blocks = {name: subprocess.run([str(ANSIBLE_VAULT), "encrypt_string", "--vault-password-file", str(password_file), value,
+                                    "--name", name], capture_output=True, text=True, check=True).stdout for name, value in vaulted.items()}
+    env_block = "hicache_container_env:\n" + "".join("  " + line + "\n" for line in blocks["VAULTED_ENV"].splitlines())
+    with (inventory / "group_vars/all.yml").open("a") as handle:
+        handle.write("\n" + blocks["hicache_served_model_name"] + "\n" + env_block)
+    options = ["--vault-password-file", str(password_file)]
+    for command in (["validate"], ["validate", "--json"], ["render"], ["render", "--json"]):
+        run = cli(*command, "-i", str(inventory), *options)
+        printed = run.stdout + run.stderr
+        assert run.returncode == 0, printed
+        for value in vaulted.values():
+            assert value not in printed and value.lower() not in printed, (command, value)
+    rendered = cli("render", "-i", str(inventory), *options, check_rc=0).stdout
+    assert "--served-model-name ********" in rendered  # masked, not left out
+    written = tmp_path / "files"
+    cli("render", "-i", str(inventory), *options, "--out", str(written), check_rc=0)  # files meant to hold them do
+    assert "VaultedModelName987" in "".join(p.read_text() for p in written.rglob("*") if p.is_file())

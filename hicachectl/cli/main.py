@@ -74,10 +74,30 @@ class _App(typer.Typer):
     """The typer app, with one handler for what no command expected: one line, the details in a file."""
 
     def __call__(self, *args, **kwargs):
+        # What the inventory gave as `!vault` is masked in everything the command prints, whichever variable holds
+        # it (the catalogue's secrets are masked where they are printed, as before).
+        sys.stdout, sys.stderr = _VaultMasked(sys.stdout), _VaultMasked(sys.stderr)
         try:
             return super().__call__(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - the last resort: never a traceback unless asked for
             raise SystemExit(_unexpected(exc)) from None
+        finally:
+            sys.stdout, sys.stderr = sys.stdout.inner, sys.stderr.inner
+
+
+class _VaultMasked:
+    """A text stream that writes through, the texts of the inventory's vaulted values masked (config/secrets.py)."""
+
+    def __init__(self, inner):
+        self.inner = inner.inner if isinstance(inner, _VaultMasked) else inner
+
+    def write(self, text):
+        from hicachectl.config import secrets
+
+        return self.inner.write(secrets.mask_text(text, secrets._VAULTED) if secrets._VAULTED and isinstance(text, str) else text)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
 
 
 app = _App(add_completion=False, no_args_is_help=True, help=__doc__.split("\n")[0], pretty_exceptions_enable=False)

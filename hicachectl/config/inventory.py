@@ -21,6 +21,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from hicachectl.config import secrets
 from hicachectl.config.deployment import PREFIX
 from hicachectl.config.paths import INVENTORIES
 
@@ -411,6 +412,7 @@ def _host_vars(loader, variables, host, path: pathlib.Path, names, notes: list[s
                     raise InventoryError(describe(exc, str(path), f"{key} (host {host.name})")) from exc
                 if written is not None and key in _may_hold_secrets():
                     _plain_text(templar, host_vars[key], value, key, written)
+                secrets.remember_vaulted(secrets.vaulted_texts(value))  # masked wherever this process prints
                 out[key] = plain(value)
     except AnsibleError as exc:
         raise InventoryError(describe(exc, str(path))) from exc

@@ -121,10 +121,49 @@ def extra_config_has_secrets(source: Any) -> bool:
     return any(True for _ in _secret_in_config(config, secret_keys(source)))
 
 
+# The texts of the values this process's inventory gave as `!vault` (config/inventory.py records them as it loads):
+# a value the user encrypted is a secret by their word, whichever variable holds it, and is masked like one.
+_VAULTED: set[str] = set()
+
+
+def vaulted_texts(value: Any) -> list[str]:
+    """The plain text of every leaf of `value` (keys too) that came from an Ansible Vault: decrypted, such a value
+    keeps Ansible's vault tag (ansible.parsing.vault.VaultHelper)."""
+    try:
+        from ansible.parsing.vault import VaultHelper
+    except ImportError:  # no Ansible, no vault
+        return []
+    found: list[str] = []
+
+    def walk(item: Any) -> None:
+        if isinstance(item, Mapping):
+            for key, inner in item.items():
+                walk(key)
+                walk(inner)
+        elif isinstance(item, (list, tuple)):
+            for inner in item:
+                walk(inner)
+        elif item is not None and not isinstance(item, bool) and VaultHelper.get_ciphertext(item, with_tags=False) is not None:
+            found.append(str(item))
+
+    walk(value)
+    return found
+
+
+def remember_vaulted(texts: Iterable[str]) -> None:
+    """Each text, and as names derived from it write it (a namespace from a vaulted model name: lower case)."""
+    for text in texts:
+        if text:
+            _VAULTED.update((text, text.lower()))
+
+
 def values(source: Any) -> list[str]:
-    """Every secret value of one host as text, longest first (so a secret containing another is masked whole)."""
+    """Every secret value of one host as text, longest first (so a secret containing another is masked whole): the
+    catalogue's secrets, the secret keys', and every value given as `!vault`."""
     variables, keys = _vars(source), secret_keys(source)
     found: list[Any] = [variables.get(name) for name in secret_variables()]
+    found += [*_VAULTED, *(vaulted_texts({k: v for k, v in variables.items() if str(k).startswith("hicache_")})
+                           if isinstance(variables, Mapping) else [])]
     env = variables.get("hicache_container_env") or {}
     if isinstance(env, Mapping):
         found += [v for k, v in env.items() if str(k) in keys]
