@@ -276,6 +276,23 @@ def env_file_problems(name: str, value: str) -> str | None:
     return None
 
 
+def _extra_arg_env_names(args: list) -> list[str]:
+    """The names `docker run`/`podman run` arguments set in the environment: -e NAME=V, --env NAME=V, --env=NAME=V, -eNAME=V."""
+    words = [str(a) for a in args]
+    names = []
+    for i, word in enumerate(words):
+        if word in ("-e", "--env") and i + 1 < len(words):
+            value = words[i + 1]
+        elif word.startswith("--env="):
+            value = word[len("--env="):]
+        elif word.startswith("-e") and len(word) > 2 and not word.startswith("--"):
+            value = word[2:]
+        else:
+            continue
+        names.append(value.split("=", 1)[0])
+    return names
+
+
 def looks_secret(key: str) -> bool:
     return bool(_LOOKS_SECRET.search(key))
 
@@ -299,6 +316,11 @@ def check(d: Deployment, out) -> None:
             out.warn(f"hicache_container_env.{name}", "secret-not-marked", "looks like a secret but is not in hicache_secret_keys: it is "
                      "written to run.sh/serve.sh, shown in `docker run`'s argv (ps) and printed by render and plan.",
                      f"add {name} to hicache_secret_keys.")
+    for name in _extra_arg_env_names(d.container_extra_args or []):
+        if looks_secret(name):
+            out.warn("hicache_container_extra_args", "secret-not-marked", f"sets {name} with -e/--env, which looks like a secret: it is "
+                     "written to run.sh/serve.sh, shown in `docker run`'s argv (ps) and printed by render and plan.",
+                     f"move {name} to hicache_container_env and add it to hicache_secret_keys (it then goes to secrets.env, 0600).")
     for path, value in _walk(d.extra_config or {}):
         if path and value is not None and not any(p in keys for p in path) and looks_secret(path[-1]) and isinstance(value, str):
             out.warn("hicache_extra_config." + ".".join(path), "secret-not-marked", "looks like a secret but is not in hicache_secret_keys: "

@@ -418,3 +418,14 @@ def test_an_unquoted_octal_mode_gets_the_fix_written_as_it_was():
     host, variables = _with("local", {"cache_mode": 0o755})  # YAML's reading of `hicache_cache_mode: 0755`
     found = [f for f in rules.check_host(host, variables)[1] if f.variable == "hicache_cache_mode"]
     assert found and "'0755'" in found[0].fix and "493" not in found[0].fix, [f.format() for f in found]
+
+
+@pytest.mark.parametrize("args", [["-e", "HF_TOKEN=hf_abcdefghijkl"], ["--env", "API_KEY=x1234"], ["--env=DB_PASSWORD=hunter22"],
+                                  ["-eHF_TOKEN=hf_abcdefghijkl"]])
+def test_a_secret_set_through_the_containers_extra_args_is_warned(args):
+    found = findings("vast", container_extra_args=args)
+    assert ("warning", "secret-not-marked", "hicache_container_extra_args") in found, found
+
+
+def test_a_plain_environment_value_in_extra_args_is_not_warned():
+    assert not {f for f in findings("vast", container_extra_args=["-e", "NCCL_DEBUG=INFO"]) if f[1] == "secret-not-marked"}
