@@ -280,3 +280,12 @@ def test_a_value_given_as_vault_is_never_printed_whichever_variable_holds_it(tmp
     written = tmp_path / "files"
     cli("render", "-i", str(inventory), *options, "--out", str(written), check_rc=0)  # files meant to hold them do
     assert "VaultedModelName987" in "".join(p.read_text() for p in written.rglob("*") if p.is_file())
+
+
+def test_the_command_list_shows_each_commands_summary_as_one_flowing_line():
+    from hicachectl.cli.main import COMMANDS
+
+    shown = cli("--help", env={"COLUMNS": "400"}, check_rc=0).stdout
+    for command in COMMANDS:
+        summary = " ".join(command.__doc__.split("\n\n")[0].split())
+        assert summary in shown, (command.__name__, summary)  # not cut where the docstring's own lines end

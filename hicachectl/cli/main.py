@@ -162,4 +162,6 @@ COMMANDS = (cli_offline.validate, cli_offline.render, cli_offline.init, cli_offl
             cli_change.deploy, cli_observe.status, cli_observe.verify, cli_bench.bench, cli_change.upgrade, cli_change.restart,
             cli_change.rollback, cli_offline.monitoring, cli_l3.l3)
 for _command in COMMANDS:
-    app.command()(_command)
+    # The list of commands shows each one's first paragraph as one flowing line: the docstring's own line breaks
+    # (kept by rich's help) cut it mid-sentence.
+    app.command(short_help=" ".join((_command.__doc__ or "").split("\n\n")[0].split()))(_command)
