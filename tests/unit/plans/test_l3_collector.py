@@ -447,3 +447,43 @@ def test_a_floor_no_eviction_can_reach_evicts_nothing_for_it():
                                             fs_free=100, floor_pct=20, now=now, grace=60)
     assert [reason for _, reason in reachable] == ["free space under the floor"] * 2
 
+
+
+def test_a_tier_whose_clock_runs_ahead_keeps_its_newest_pages(tmp_path):
+    """An NFS server dates the pages by its own clock: five minutes ahead of this host, the page just written is not
+    'in the future' (the lock file the run writes gives the tier's now), and the least recently used page goes."""
+    root = tmp_path / "tier"
+    now = time.time()
+    file_page(root / "a", 1, age=-300, now=now)  # written just now by a server whose clock is 300 s ahead
+    file_page(root / "a", 2, age=3600, now=now)  # an hour old
+    conf = collect.check_config(config(root, {"a": {"share_pct": None}}, budget=2 * PAGE))
+    report = collect._collect_locked(conf, dry_run=False, out=lambda _: None, tier_now=now + 300)
+    assert {k for _, k in pages_left(root)} == {key(1)} and report["removed"]["a"]["pages"] == 1
+
+
+def test_a_file_name_no_utf8_name_has_is_counted_not_a_crash(tmp_path):
+    root = tmp_path / "tier"
+    file_page(root / "a", 1, age=1000)
+    bucket = root / "a" / "7f"
+    bucket.mkdir()
+    (bucket / os.fsdecode(key(5).encode() + b"_m_0_1_\xff")).write_bytes(b"\0" * 10)
+    (root / "a" / os.fsdecode(key(6).encode() + b"_m_\xff_1.bin")).write_bytes(b"\0" * 10)
+    os.utime(root / "a" / os.fsdecode(key(6).encode() + b"_m_\xff_1.bin"), (time.time() - 1000, time.time() - 1000))
+    said = []
+    report = collect.collect(config(root, {"a": {"share_pct": None}}, budget=0), out=said.append)
+    assert report["removed"]["a"]["pages"] == 2 and report["other_bytes"] == 10, report
+    (tmp_path / "c.json").write_text(json.dumps(config(root, {"a": {"share_pct": None}}, budget=0)))
+    run = subprocess.run([sys.executable, str(l3_collector.PROGRAM_SOURCE), "--config", str(tmp_path / "c.json")],
+                         capture_output=True, text=True, env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+    assert run.returncode == 0, run.stderr
+
+
+@pytest.mark.parametrize("change, named", [({"state_file": ["x"]}, "state_file"), ({"textfile_dir": "relative"}, "textfile_dir"),
+                                           ({"tier": "two\nlines"}, "tier")])
+def test_the_files_it_writes_and_its_tier_name_are_checked_before_anything_is_removed(tmp_path, change, named):
+    root = tmp_path / "tier"
+    file_page(root / "a", 1, age=1000)
+    (tmp_path / "c.json").write_text(json.dumps({**config(root, {"a": {"share_pct": None}}, budget=0), **change}))
+    run = subprocess.run([sys.executable, str(l3_collector.PROGRAM_SOURCE), "--config", str(tmp_path / "c.json")],
+                         capture_output=True, text=True)
+    assert run.returncode == 1 and named in run.stderr and "Traceback" not in run.stderr and len(pages_left(root)) == 1, run.stderr
