@@ -262,7 +262,7 @@ def test_a_value_given_as_vault_is_never_printed_whichever_variable_holds_it(tmp
     password_file = tmp_path / "vault-pass"
     password_file.write_text(PASSWORD + "\n")
     inventory = _local_copy(tmp_path / "inv")
-    vaulted = {"hicache_served_model_name": "VaultedModelName987", "VAULTED_ENV": "VaultedEnvValue654"}
+    vaulted = {"hicache_served_model_name": "Acme/TopSecret_Model.V2", "VAULTED_ENV": "VaultedEnvValue654"}
     blocks = {name: subprocess.run([str(ANSIBLE_VAULT), "encrypt_string", "--vault-password-file", str(password_file), value,
                                     "--name", name], capture_output=True, text=True, check=True).stdout for name, value in vaulted.items()}
     env_block = "hicache_container_env:\n" + "".join("  " + line + "\n" for line in blocks["VAULTED_ENV"].splitlines())
@@ -275,11 +275,12 @@ def test_a_value_given_as_vault_is_never_printed_whichever_variable_holds_it(tmp
         assert run.returncode == 0, printed
         for value in vaulted.values():
             assert value not in printed and value.lower() not in printed, (command, value)
+        assert "topsecret_model.v2" not in printed, command  # the namespace's model part, derived from the vaulted name
     rendered = cli("render", "-i", str(inventory), *options, check_rc=0).stdout
     assert "--served-model-name ********" in rendered  # masked, not left out
     written = tmp_path / "files"
     cli("render", "-i", str(inventory), *options, "--out", str(written), check_rc=0)  # files meant to hold them do
-    assert "VaultedModelName987" in "".join(p.read_text() for p in written.rglob("*") if p.is_file())
+    assert "Acme/TopSecret_Model.V2" in "".join(p.read_text() for p in written.rglob("*") if p.is_file())
 
 
 def test_the_command_list_shows_each_commands_summary_as_one_flowing_line():

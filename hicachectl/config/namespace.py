@@ -75,7 +75,12 @@ def _extra_flags(d: Deployment) -> dict[str, str]:
 
 
 def _slug(d: Deployment) -> str:
-    base = posixpath.basename(str(d.served_name).rstrip("/")) or "model"
+    return slug_of(str(d.served_name))
+
+
+def slug_of(served_name: str) -> str:
+    """The model's part of a namespace name: the served name's last component, lower case, other characters as -."""
+    base = posixpath.basename(served_name.rstrip("/")) or "model"
     slug = re.sub(r"[^a-z0-9._-]+", "-", base.lower()).strip("-._") or "model"
     return slug[:40].rstrip("-._") or "model"
 

@@ -173,25 +173,53 @@ NON_NEGATIVE = Domain("an integer of at least 0", 0, "range", low=0)
 PORT = Domain("a TCP port, 1-65535", 30000, "range", low=1, high=65535)
 PERCENT = Domain("a percentage, 0-100", 100, "range", low=0, high=100)
 UNIT_PATH = ("an absolute path of letters, digits and / . _ + - only (it is written into the systemd unit{}), "
-             "not / or one of the system's own directories (/etc, /usr, /var, /opt and the others at the top, /usr/*, /var/lib, /var/log)")
-# The L3 mount point: its fstab line and mount unit (mnt-kvcache.mount, After=) name it as the kernel does.
-MOUNT_POINT = UNIT_PATH.format(" and /etc/fstab") + ", written plainly (no . or .. or // in it, no / at its end)"
+             "not / nor a directory the system owns (/etc, /usr, /var, /opt and the others at the top; anything in /proc, /sys, "
+             "/boot, /run, /bin, /sbin, /lib*, /dev but /dev/shm, /usr but /usr/local/NAME; /etc/ssh, /etc/systemd, /root/.ssh, "
+             "/var/lib/docker and the like)")
 _UNIT_PATH = r"/[A-Za-z0-9/._+-]*"
 # The directories the toolkit makes, fills, mounts over or copies whole (cfg/ into cfg.previous/): never the system's.
 SYSTEM_DIRECTORIES = frozenset({"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media", "/mnt",
                                 "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var", "/var/lib",
-                                "/var/log", "/var/cache", "/var/tmp", "/var/run", "/etc/systemd", "/etc/hicache"})
+                                "/var/log", "/var/cache", "/var/tmp", "/var/run", "/var/spool", "/var/mail", "/var/opt", "/var/local",
+                                "/usr/local", "/etc/hicache", "/etc/default", "/etc/security", "/etc/sysctl.d", "/etc/modprobe.d",
+                                "/etc/udev", "/etc/apt", "/etc/docker", "/etc/containers", "/etc/nvidia-container-runtime"})
+# ... and everything under these (the kernel's, the boot's, the packages', the login's, the runtimes' own trees).
+SYSTEM_TREES = ("/proc", "/sys", "/boot", "/run", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ssh", "/etc/systemd",
+                "/etc/pam.d", "/etc/sudoers.d", "/root/.ssh", "/var/lib/dpkg", "/var/lib/apt", "/var/lib/docker",
+                "/var/lib/containerd", "/var/lib/containers", "/var/lib/systemd", "/usr/local/bin", "/usr/local/sbin",
+                "/usr/local/lib", "/usr/local/include", "/usr/local/share", "/usr/local/etc")
+
+
+# The L3 mount point: its fstab line and mount unit (mnt-kvcache.mount, After=) name it as the kernel does.
+MOUNT_POINT = UNIT_PATH.format(" and /etc/fstab") + ", written plainly (no . or .. or // in it, no / at its end)"
+
+
+def clean_path(path: str) -> str:
+    """An absolute path as the kernel resolves its . and .. and repeated slashes (posixpath keeps a leading //)."""
+    return "/" + posixpath.normpath(path).lstrip("/") if path.startswith("/") else path
 
 
 def own_directory(path: str) -> bool:
     """A directory of the toolkit's own, not one the system needs (wherever its . and .. lead)."""
-    where = posixpath.normpath(path) if path.startswith("/") else path
-    return where not in SYSTEM_DIRECTORIES and not (where.count("/") == 2 and where.startswith("/usr/"))
+    where = clean_path(path)
+
+    def inside(tree: str) -> bool:
+        return where == tree or where.startswith(tree + "/")
+
+    if where in SYSTEM_DIRECTORIES or any(inside(tree) for tree in SYSTEM_TREES):
+        return False
+    if inside("/dev"):  # a tmpfs tier in /dev/shm/NAME, nothing else of /dev
+        return where.startswith("/dev/shm/")
+    if inside("/usr"):  # /usr is the packages': only /usr/local/NAME/... is a site's own
+        return where.startswith("/usr/local/")
+    return True
 
 
 def own_mount_point(path: str) -> bool:
     """The L3 mount point: a directory of the toolkit's own, written as the kernel and systemd name it."""
     return own_directory(path) and (path == "/" or all(part not in ("", ".", "..") for part in path.split("/")[1:]))
+
+
 MOUNT_PATH = Domain("an absolute path without ':' (it is mounted with -v DIR:PATH)", "/models/weights", "mount-path", pattern=r"/[^:]*")
 ONE_LINE = r"\S(?:.*\S)?"  # not empty, no leading or trailing blanks (control characters are refused everywhere)
 NON_EMPTY = Domain("a non-empty value without leading or trailing spaces", "value", "non-empty", pattern=ONE_LINE)
@@ -201,11 +229,11 @@ ULIMITS = ("core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice
 UNIT_STEM = r"[A-Za-z0-9_.][A-Za-z0-9_.-]{0,246}"  # systemd unit name characters, without its \\x escapes and ':'
 # Units a server's or router's unit file in /etc/systemd/system would replace (it shadows /lib/systemd/system): the
 # toolkit's own, the container runtimes', and the system services a GPU host runs.
-OTHER_UNITS = frozenset({"hicache-nic-tuning", "hicache-l3-collector", "docker", "containerd", "podman", "ssh", "sshd", "dbus", "cron",
+OTHER_UNITS = frozenset({"hicache-nic-tuning", "hicache-l3-collector", "getty", "docker", "containerd", "podman", "ssh", "sshd", "dbus", "cron",
                          "crond", "rpcbind", "networking", "NetworkManager", "irqbalance", "chrony", "chronyd", "rsyslog", "auditd",
                          "polkit", "multipathd", "iscsid", "openibd", "rdma", "rdma-load-modules", "kubelet", "nvidia-persistenced",
                          "nvidia-fabricmanager", "nvidia-dcgm", "prometheus", "prometheus-node-exporter"})
-OTHER_UNIT_PREFIXES = ("systemd-", "getty", "nfs-", "rpc-", "nvidia-", "user@")
+OTHER_UNIT_PREFIXES = ("systemd-", "nfs-", "rpc-", "nvidia-")
 
 
 def unit_of_its_own(stem: str) -> bool:

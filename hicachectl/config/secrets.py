@@ -151,10 +151,14 @@ def vaulted_texts(value: Any) -> list[str]:
 
 
 def remember_vaulted(texts: Iterable[str]) -> None:
-    """Each text, and as names derived from it write it (a namespace from a vaulted model name: lower case)."""
+    """Each text, and as names derived from it write it: lower case, and a namespace's model part (its slug)."""
+    from hicachectl.config.namespace import slug_of
+
     for text in texts:
         if text:
             _VAULTED.update((text, text.lower()))
+            if (slug := slug_of(text)) != "model":
+                _VAULTED.add(slug)
 
 
 def values(source: Any) -> list[str]:
@@ -276,20 +280,32 @@ def env_file_problems(name: str, value: str) -> str | None:
     return None
 
 
+# docker run's and podman run's short flags that take no value, which may come before -e in one word (-ie, -tie).
+_BOOL_SHORT_FLAGS = frozenset("itdP")
+
+
 def _extra_arg_env_names(args: list) -> list[str]:
-    """The names `docker run`/`podman run` arguments set in the environment: -e NAME=V, --env NAME=V, --env=NAME=V, -eNAME=V."""
+    """The names `docker run`/`podman run` arguments set in the environment, as their flag parser (pflag) reads them:
+    -e NAME=V, -eNAME=V, -e=NAME=V, --env NAME=V, --env=NAME=V, and -e at the end of a run of flags that take no
+    value (-ie NAME=V, -tieNAME=V)."""
     words = [str(a) for a in args]
     names = []
     for i, word in enumerate(words):
-        if word in ("-e", "--env") and i + 1 < len(words):
-            value = words[i + 1]
+        value = None
+        if word == "--env":
+            value = words[i + 1] if i + 1 < len(words) else None
         elif word.startswith("--env="):
             value = word[len("--env="):]
-        elif word.startswith("-e") and len(word) > 2 and not word.startswith("--"):
-            value = word[2:]
-        else:
-            continue
-        names.append(value.split("=", 1)[0])
+        elif word.startswith("-") and not word.startswith("--") and len(word) > 1:
+            for j, char in enumerate(word[1:], start=1):
+                if char in _BOOL_SHORT_FLAGS:
+                    continue
+                if char == "e":
+                    rest = word[j + 1:].removeprefix("=")
+                    value = rest or (words[i + 1] if i + 1 < len(words) else None)
+                break  # another flag, which takes the rest of the word as its value
+        if value:
+            names.append(value.split("=", 1)[0])
     return names
 
 

@@ -286,11 +286,11 @@ def _container_mounts(d: Deployment, out):
     and one over another would hide the config or the weights."""
     if d.container_runtime == "none":
         return
-    mounts = {CONTAINER_CFG_DIR: "the config directory (/cfg)"}
+    mounts = {schema.clean_path(CONTAINER_CFG_DIR): "the config directory (/cfg)"}
     for name, host_dir, inside in (("hicache_model_path", d.model_dir, d.model_path), ("hicache_cache_container_dir", d.cache_dir, d.cache_container_dir)):
         if not host_dir or not inside:
             continue
-        where = posixpath.normpath(inside)
+        where = schema.clean_path(inside)  # Docker cleans the path the same way: //cfg is /cfg
         if where in mounts:
             out.error(name, "container-mount", f"{inside} is where {mounts[where]} is mounted in the container too.",
                       f"give {name} a path of its own in the container.")

@@ -398,7 +398,7 @@ def test_two_mounts_at_one_path_in_the_container_are_refused():
 
 
 @pytest.mark.parametrize("name", ["docker", "ssh", "containerd", "systemd-journald", "hicache-nic-tuning", "hicache-l3-collector",
-                                  "nfs-server", "getty@tty1"])
+                                  "nfs-server", "getty"])
 def test_the_servers_unit_never_takes_the_name_of_another(name):
     assert ("unit-name", "hicache_service_name") in _errors("local", service_name=name)
 
@@ -421,11 +421,31 @@ def test_an_unquoted_octal_mode_gets_the_fix_written_as_it_was():
 
 
 @pytest.mark.parametrize("args", [["-e", "HF_TOKEN=hf_abcdefghijkl"], ["--env", "API_KEY=x1234"], ["--env=DB_PASSWORD=hunter22"],
-                                  ["-eHF_TOKEN=hf_abcdefghijkl"]])
+                                  ["-eHF_TOKEN=hf_abcdefghijkl"], ["-e=HF_TOKEN=hf_abc"], ["-ie", "HF_TOKEN=hf_abc"],
+                                  ["-tieHF_TOKEN=hf_abc"]])
 def test_a_secret_set_through_the_containers_extra_args_is_warned(args):
     found = findings("vast", container_extra_args=args)
     assert ("warning", "secret-not-marked", "hicache_container_extra_args") in found, found
 
 
-def test_a_plain_environment_value_in_extra_args_is_not_warned():
-    assert not {f for f in findings("vast", container_extra_args=["-e", "NCCL_DEBUG=INFO"]) if f[1] == "secret-not-marked"}
+@pytest.mark.parametrize("args", [["-e", "NCCL_DEBUG=INFO"], ["-v", "/x:/secret-key"], ["--shm-size", "TOKEN=1"], ["-m", "KEY=1"]])
+def test_a_plain_environment_value_in_extra_args_is_not_warned(args):
+    assert not {f for f in findings("vast", container_extra_args=args) if f[1] == "secret-not-marked"}
+
+
+@pytest.mark.parametrize("path", ["//", "//etc", "///usr", "/etc/ssh", "/etc/systemd/system", "/root/.ssh", "/proc/sys", "/sys/kernel",
+                                  "/lib/x86_64-linux-gnu", "/var/spool", "/usr/local/bin", "/usr/lib/x", "/var/lib/docker/volumes",
+                                  "/boot/efi", "/dev/sda", "/run/hicache"])
+def test_what_the_system_owns_is_refused_however_it_is_written(path):
+    assert ("unit-safe-path", "hicache_cfg_dir") in _errors("local", cfg_dir=path)
+
+
+@pytest.mark.parametrize("path", ["/data/kv", "/scratch/l3", "/mnt/vast", "/home/user/x", "/dev/shm/kv", "/usr/local/sglang/cfg",
+                                  "/etc/sglang-hicache", "/var/lib/hicache/cfg"])
+def test_a_sites_own_directories_pass(path):
+    assert not _errors("local", cfg_dir=path)
+
+
+@pytest.mark.parametrize("inside", ["//cfg", "/cfg/.", "/x/../cfg"])
+def test_a_container_path_equal_once_cleaned_is_still_one_mount(inside):
+    assert ("container-mount", "hicache_cache_container_dir") in _errors("vast", cache_container_dir=inside)
