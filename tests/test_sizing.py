@@ -137,6 +137,8 @@ def test_the_inventorys_kv_cache_dtype_sizes_the_pages():
     {"num_hidden_layers": -2, "num_attention_heads": 4, "hidden_size": 64},
     {"num_hidden_layers": 2, "text_config": 5},
     [1, 2],
+    {"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64, "head_dim": True},
+    {"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64, "head_dim": 128.5},
 ])
 def test_a_model_config_that_is_not_one_is_a_sizing_error_not_a_crash(config):
     with pytest.raises(sizing.SizingError):

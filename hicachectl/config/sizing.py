@@ -104,26 +104,34 @@ def model_shape(config: Mapping[str, Any]) -> ModelShape:
         shape = _model_shape(config)
     except (TypeError, ValueError, ZeroDivisionError, OverflowError, IndexError, AttributeError) as exc:
         raise SizingError(f"config.json has a value that is not a usable number ({type(exc).__name__}: {exc}); cannot size this model.") from None
-    counts = {"num_hidden_layers": shape.full_layers + shape.window_layers, "KV heads": shape.kv_heads, "head width": shape.kv_width}
+    counts = {"num_hidden_layers": shape.full_layers + shape.window_layers, "num_key_value_heads": shape.kv_heads,
+              "head_dim (or kv_lora_rank + qk_rope_head_dim), as the width of K and V": shape.kv_width}
     for name, value in counts.items():
         if value <= 0:
             raise SizingError(f"config.json gives {name} {value}; cannot size this model.")
     return shape
 
 
+def _whole(value: Any) -> int:
+    """A count from config.json: a whole number (true is not 1, 128.5 is not 128)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError(f"{value!r} is not a whole number")
+    return int(value)
+
+
 def _model_shape(config: Mapping[str, Any]) -> ModelShape:
     text = {**config, **(config.get("text_config") or {})}
     model_type = str(text.get("model_type", ""))
     architecture = (config.get("architectures") or [model_type or "unknown"])[0]
-    layers = int(_need(text, "num_hidden_layers"))
+    layers = _whole(_need(text, "num_hidden_layers"))
     dtype = str(text.get("torch_dtype") or text.get("dtype") or config.get("torch_dtype") or "bfloat16")
     experts = text.get("n_routed_experts") or text.get("num_local_experts") or text.get("num_experts")
     if text.get("kv_lora_rank"):
-        width = int(text["kv_lora_rank"]) + int(_need(text, "qk_rope_head_dim"))
+        width = _whole(text["kv_lora_rank"]) + _whole(_need(text, "qk_rope_head_dim"))
         return ModelShape(architecture, "MLA", layers, 0, None, 1, width, dtype, experts)
-    heads = int(_need(text, "num_attention_heads"))
-    kv_heads = int(text.get("num_key_value_heads") or heads)
-    head_dim = int(text.get("head_dim") or int(_need(text, "hidden_size")) // heads)
+    heads = _whole(_need(text, "num_attention_heads"))
+    kv_heads = _whole(text.get("num_key_value_heads") or heads)
+    head_dim = _whole(text.get("head_dim") or _whole(_need(text, "hidden_size")) // heads)
     full, window_layers, window, notes = _layer_split(text, model_type, layers)
     return ModelShape(architecture, "MHA" if kv_heads == heads else "GQA", full, window_layers, window,
                       kv_heads, 2 * head_dim, dtype, experts, tuple(notes))
