@@ -487,3 +487,18 @@ def test_the_files_it_writes_and_its_tier_name_are_checked_before_anything_is_re
     run = subprocess.run([sys.executable, str(l3_collector.PROGRAM_SOURCE), "--config", str(tmp_path / "c.json")],
                          capture_output=True, text=True)
     assert run.returncode == 1 and named in run.stderr and "Traceback" not in run.stderr and len(pages_left(root)) == 1, run.stderr
+
+
+def test_data_of_no_namespace_filling_the_whole_budget_does_not_empty_the_live_ones(tmp_path):
+    """An old namespace the inventory no longer names (after a KV dtype change, say) holds more than the budget: no
+    eviction of live pages can reach it, so the live namespaces keep what their shares allow, and the run says why."""
+    root = tmp_path / "tier"
+    now = time.time()
+    for n in range(3):
+        file_page(root / "live", n, age=1000 + n, now=now)  # 6000 bytes
+    (root / "old-namespace").mkdir()
+    (root / "old-namespace" / "pages").write_bytes(b"\0" * 30_000)
+    said = []
+    report = collect.collect(config(root, {"live": {"share_pct": None}}, budget=20_000), out=said.append)
+    assert len(pages_left(root)) == 3 and not report["removed"], report  # its 6000 bytes are within its share
+    assert any("more than the whole budget" in line and "--prune" in line for line in said), said
