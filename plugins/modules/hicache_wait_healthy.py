@@ -18,6 +18,9 @@ description:
     systemd O(unit) is active (or activating) and /health answers 503 or nothing, the module keeps waiting.
   - Fails early when the unit has failed, is inactive after the first poll interval, or was restarted by systemd twice during
     the wait (a crash loop); the end of the unit's journal is in RV(journal).
+  - An answer counts only when it is the unit's own. The process listening on the URL's port must run in the unit's
+    control group (or in a container's, which the unit's C(docker run) or C(podman run) started). A server started by hand
+    or another process holding the port, while the unit fails to bind it, fails the module, naming that process.
   - In check mode nothing was (re)started, so there is nothing to wait for; the module returns at once, skipped.
 options:
   url:
@@ -75,9 +78,12 @@ journal:
   type: str
 """
 
+import glob
+import os
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import ConnectionError as UrlsConnectionError
@@ -101,6 +107,81 @@ def unit_state(unit):
     return props.get("ActiveState", "unknown"), props.get("SubState", ""), int(props.get("NRestarts", "0") or 0)
 
 
+def listeners(port, proc="/proc"):
+    """The pids with a TCP socket listening on `port` (IPv4 or IPv6), from /proc/net/tcp{,6} and each process's fds."""
+    inodes = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(os.path.join(proc, "net", table)) as handle:
+                rows = handle.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    pids = set()
+    if not inodes:
+        return pids
+    for fd in glob.glob(os.path.join(proc, "[0-9]*", "fd", "*")):
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target[8:-1] in inodes:
+            pids.add(int(fd.split(os.sep)[-3]))
+    return pids
+
+
+def cgroup(pid, proc="/proc"):
+    """The process's path in systemd's hierarchy (cgroup v1's name=systemd, else v2's unified one), or None."""
+    try:
+        with open(os.path.join(proc, str(pid), "cgroup")) as handle:
+            lines = [line.rstrip("\n").split(":", 2) for line in handle if line.count(":") >= 2]
+    except OSError:
+        return None
+    for wanted in ("name=systemd", ""):
+        for _, controllers, path in lines:
+            if controllers == wanted:
+                return path
+    return None
+
+
+def foreign_listener(port, control_group, proc="/proc"):
+    """(pid, command) of a process listening on `port` that is neither in the unit's control group (empty: the unit
+    runs no process, between two restarts of a loop) nor in a container's; None when every listener is the unit's
+    (or none was found: not judged)."""
+    # Inside a container that runs systemd (without a cgroup namespace), every path starts with the container's own:
+    # PID 1's, less its init.scope. Judged below that, the container's processes look as the host's do.
+    root = (cgroup(1, proc) or "").removesuffix("/init.scope").rstrip("/")
+
+    def below_root(path):
+        return path[len(root):] if root and (path == root or path.startswith(root + "/")) else path
+
+    unit_path = "/" + below_root(control_group).strip("/") + "/" if control_group else None
+    for pid in sorted(listeners(port, proc)):
+        found = cgroup(pid, proc)
+        if found is None:
+            continue  # not judged
+        path = "/" + below_root(found).strip("/") + "/"
+        if unit_path and path.startswith(unit_path):
+            continue
+        if any(marker in path for marker in ("/docker-", "/docker/", "/libpod-", "/machine.slice/")):
+            continue  # the container the unit's docker run or podman run started (its own scope)
+        try:
+            with open(os.path.join(proc, str(pid), "comm")) as handle:
+                command = handle.read().strip()
+        except OSError:
+            command = "?"
+        return pid, command
+    return None
+
+
+def control_group(unit):
+    out = subprocess.run(["systemctl", "show", "--property=ControlGroup", unit], capture_output=True, text=True, check=False).stdout
+    return out.strip().partition("=")[2]
+
+
 def journal(unit, hide=()):
     text = subprocess.run(["journalctl", "-u", unit, "-n", "40", "--no-pager", "-o", "cat"], capture_output=True, text=True, check=False).stdout
     for form in sorted({form for form in hide if form}, key=len, reverse=True):
@@ -122,6 +203,13 @@ def main():
     while time.monotonic() - start < params["timeout"]:
         last = status(params["url"])
         if last == 200:
+            port = urllib.parse.urlsplit(params["url"]).port or 80
+            other = foreign_listener(port, control_group(params["unit"]))
+            if other:
+                active, sub, _ = unit_state(params["unit"])
+                module.fail_json(msg=f"{params['url']} is answered by pid {other[0]} ({other[1]}), not by {params['unit']} "
+                                     f"({active}, {sub}): stop what holds port {port}, then deploy again",
+                                 journal=journal(params["unit"], params["hide"]))
             module.exit_json(changed=False, seconds=round(time.monotonic() - start, 1), url=params["url"])
         active, sub, restarts = unit_state(params["unit"])
         if active == "failed" or (active == "inactive" and time.monotonic() - start > params["interval"]):
