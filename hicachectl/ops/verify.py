@@ -227,14 +227,36 @@ def format_differences(writer, d: Deployment, writer_info: Mapping[str, Any], in
     return list(namespace.differences(writer, d)) + [phrase for what, phrase in running_differences(writer_info, info) if what not in said]
 
 
+def unit_check(d: Deployment, obs: Mapping[str, Any]) -> dict[str, str] | None:
+    """The server's unit as systemd has it (`systemctl show`): active and running, or the answers on the server's
+    port are not its own (a server started by hand, another process) or it is down. None where it was not read (an
+    older playbook); not checked where systemd does not run the host."""
+    read = obs.get("unit")
+    if not isinstance(read, Mapping):
+        return None
+    unit = f"{d.service_name}.service"
+    props = dict(line.split("=", 1) for line in str(read.get("stdout") or "").splitlines() if "=" in line)
+    if read.get("rc") != 0 or not props.get("ActiveState"):
+        return _check("unit", NOT_CHECKED, f"{unit} could not be read (systemd does not run this host?)")
+    active, sub = props["ActiveState"], props.get("SubState", "")
+    if (active, sub) == ("active", "running"):
+        return _check("unit", PASS, f"{unit} is active (running)")
+    answered = _status(obs.get("health")) > 0
+    return _check("unit", FAIL, f"{unit} is {active} ({sub})" + ("; something else answers the server's port" if answered else ""),
+                  f"`journalctl -u {unit}` on the host" + (" (Address already in use: stop what holds the port), then `hicachectl deploy`"
+                                                          if answered else ", then `hicachectl deploy` or `hicachectl restart`") + ".")
+
+
 def endpoint_checks(d: Deployment, obs: Mapping[str, Any]) -> list[dict[str, str]]:
     unit = d.service_name
-    checks = []
     health = _status(obs.get("health"))
-    if health <= 0:
-        return [_check("/health", FAIL, f"nothing answers at {obs.get('health', {}).get('url', 'the server port')}",
+    found = unit_check(d, obs)
+    if health <= 0:  # one failure: nothing answers (the unit's state, when read, is said with it)
+        state = f" ({found['detail']})" if found and found["status"] == FAIL else ""
+        return [_check("/health", FAIL, f"nothing answers at {obs.get('health', {}).get('url', 'the server port')}{state}",
                        f"the server is not running: `hicachectl status`, `journalctl -u {unit}` on the host."),
                 _check("endpoints", NOT_CHECKED, "no server to ask")]
+    checks = [found] if found else []
     checks.append(_check("/health", PASS, "200: a 1-token generation works") if health == 200 else
                   _check("/health", FAIL, f"answered {health}",
                          f"the server is down or still loading; `journalctl -u {unit}` on the host, `hicachectl status`."))

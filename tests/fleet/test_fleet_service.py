@@ -153,6 +153,15 @@ def test_rollback_puts_the_previous_config_back_and_is_idempotent(served_fleet):
     pid = main_pid(served_fleet, host)
     again = cli_json("rollback", "--inventory", str(second), "--limit", host)
     assert again["ok"] and again["hosts"][host]["changed"] == 0 and main_pid(served_fleet, host) == pid
+    # A cfg.previous/ without one of the files every config has is refused, naming it, and nothing changes (#34 audit:
+    # it copied the rest in and recorded the previous config while the current start.sh stayed).
+    served_fleet.ssh(host, "rm /opt/sglang-hicache/cfg.previous/start.sh")
+    record = "cat /opt/sglang-hicache/cfg/deployed.json"
+    before = served_fleet.ssh(host, record).stdout
+    refused = cli("rollback", "--inventory", str(second), "--limit", host)
+    assert refused.returncode != 0 and "incomplete previous config" in refused.stdout + refused.stderr, refused.stdout + refused.stderr
+    assert "start.sh missing" in refused.stdout + refused.stderr
+    assert served_fleet.ssh(host, record).stdout == before and main_pid(served_fleet, host) == pid
 
 
 def test_status_shows_each_server_and_says_when_it_is_not_the_inventorys(served_fleet):

@@ -456,3 +456,33 @@ def test_servers_of_one_tier_serving_other_models_prove_the_sharing_among_themse
         "solo": D(l3_share=None, model_repo=None, model_path="/models/a")}.items()}
     assert rings["solo"] is None and rings["a1"] == rings["a2"] != rings["b1"]
     assert verify.writers(rings) == {"a1": "a2", "a2": "a1", "b1": "b1", "r1": "r1", "solo": "solo"}
+
+
+def unit(active="active", sub="running", rc=0):
+    return {"rc": rc, "stdout": f"ActiveState={active}\nSubState={sub}\nNRestarts=0\n"}
+
+
+def test_a_running_unit_passes(local):
+    result = verify.judge(local, observations(local, unit=unit()), l3=False)
+    assert result["ok"] and next(c for c in result["checks"] if c["check"] == "unit")["status"] == "pass", result
+
+
+@pytest.mark.parametrize("active, sub", [("inactive", "dead"), ("activating", "auto-restart"), ("failed", "failed")])
+def test_answers_on_the_port_while_the_unit_is_not_running_are_not_the_servers(local, active, sub):
+    """A server started by hand (or another process) answers /health, chat and metrics while the unit is stopped or
+    restarting in a loop (Address already in use): verify fails on the unit, naming it."""
+    result = verify.judge(local, observations(local, unit=unit(active, sub)), l3=False)
+    assert not result["ok"]
+    check = failed(result)["unit"]
+    assert f"is {active} ({sub})" in check["detail"] and "something else answers" in check["detail"], check
+
+
+def test_a_host_systemd_does_not_run_leaves_the_unit_not_checked(local):
+    result = verify.judge(local, observations(local, unit=unit(rc=1)), l3=False)
+    assert result["ok"] and next(c for c in result["checks"] if c["check"] == "unit")["status"] == "not checked", result
+
+
+def test_a_stopped_unit_with_nothing_on_its_port_is_still_one_failure(local):
+    result = verify.judge(local, observations(local, unit=unit("inactive", "dead"), health={"status": -1, "url": "http://h:30000/health"}),
+                          l3=False)
+    assert list(failed(result)) == ["/health"] and "is inactive (dead)" in failed(result)["/health"]["detail"], result
