@@ -172,6 +172,8 @@ def plan(d: Deployment, salt: str, writer=None) -> dict[str, Any]:
     text = prompts.prompt(f"hicache-verify-l3-{d.inventory_host}-{salt}", words)
     return {
         "base_url": f"http://{d.local_host}:{d.effective_port}",
+        # the server's L3 directory on the host (its namespace under the tier's mount point), where it writes pages
+        "l3_dir": namespace.server_dir(d, d.cache_dir) if d.storage_backend in ("file", "nixl") and d.cache_dir else None,
         "storage_backend": storage_backend_request(d),  # its headers carry the admin API key: use them under no_log
         "unit": sglang_server.unit_name(d),
         "health_timeout": d.health_timeout,
@@ -436,11 +438,29 @@ def l3_checks(d: Deployment, obs: Mapping[str, Any], writer=None) -> list[dict[s
     return checks + [_check(name, FAIL, f"{cached} cached tokens, {hits or 0:.0f} loaded from storage", cause)]
 
 
+def l3_dir_check(obs: Mapping[str, Any]) -> dict[str, str] | None:
+    """The directory the server writes its pages in (stat on the host): there and writable, or every write fails until
+    the server's next start makes it again. None where the server has no L3 directory (or it was not read)."""
+    read = obs.get("l3_dir")
+    if not isinstance(read, Mapping) or not read.get("path"):
+        return None
+    path = read["path"]
+    if not read.get("exists"):
+        return _check("L3 directory", FAIL, f"{path} is missing: every page the server writes fails until its next start makes it again",
+                      "`hicachectl restart` (or find what removed it: a prune, SGLang's clear).")
+    if not read.get("isdir") or not read.get("writeable"):
+        return _check("L3 directory", FAIL, f"{path} is {'not a directory' if not read.get('isdir') else 'not writable'}: the server's writes fail",
+                      "check its mode, its mount (read-only?) and chattr flags on the host.")
+    return _check("L3 directory", PASS, f"{path} is there and writable")
+
+
 def judge(d: Deployment, obs: Mapping[str, Any], l3: bool, writer=None) -> dict[str, Any]:
     """The checks for one host; `writer` is the Deployment of the host that wrote its L3 proof (None: itself)."""
     checks = [_check(f["item"], FAIL, f["detail"], "the host differs from the inventory: `hicachectl deploy` (or `plan` to see what).")
               for f in obs.get("host_failures", [])]
     checks += endpoint_checks(d, obs)
+    if _status(obs.get("health")) > 0 and (found := l3_dir_check(obs)) is not None:  # a running server's writes
+        checks.append(found)
     if l3 and _status(obs.get("health")) > 0:
         checks += l3_checks(d, obs, writer)
     return {"ok": all(c["status"] != FAIL for c in checks), "checks": checks}

@@ -486,3 +486,25 @@ def test_a_stopped_unit_with_nothing_on_its_port_is_still_one_failure(local):
     result = verify.judge(local, observations(local, unit=unit("inactive", "dead"), health={"status": -1, "url": "http://h:30000/health"}),
                           l3=False)
     assert list(failed(result)) == ["/health"] and "is inactive (dead)" in failed(result)["/health"]["detail"], result
+
+
+@pytest.mark.parametrize("read, status, phrase", [
+    ({"path": "/mnt/kv/ns", "exists": True, "isdir": True, "writeable": True}, "pass", "there and writable"),
+    ({"path": "/mnt/kv/ns", "exists": False}, "fail", "is missing"),
+    ({"path": "/mnt/kv/ns", "exists": True, "isdir": True, "writeable": False}, "fail", "not writable"),
+])
+def test_the_servers_l3_directory_is_there_and_writable(local, read, status, phrase):
+    result = verify.judge(local, observations(local, l3_dir=read), l3=False)
+    check = next(c for c in result["checks"] if c["check"] == "L3 directory")
+    assert check["status"] == status and phrase in check["detail"] and result["ok"] == (status == "pass"), result
+
+
+def test_the_plan_names_the_l3_directory_the_server_writes(local):
+    from hicachectl.config import namespace
+
+    assert verify.plan(local, "salt")["l3_dir"] == namespace.server_dir(local, local.cache_dir)
+
+
+def test_no_server_is_still_one_failure_with_its_l3_directory_gone(local):
+    obs = observations(local, health={"status": -1, "url": "http://h:30000/health"}, l3_dir={"path": "/mnt/kv/ns", "exists": False})
+    assert list(failed(verify.judge(local, obs, l3=False))) == ["/health"]
