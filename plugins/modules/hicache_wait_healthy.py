@@ -141,9 +141,9 @@ def cgroup(pid, proc="/proc"):
     except OSError:
         return None
     for wanted in ("name=systemd", ""):
-        for _, controllers, path in lines:
-            if controllers == wanted:
-                return path
+        for fields in lines:
+            if fields[1] == wanted:  # hierarchy-ID:controllers:path
+                return fields[2]
     return None
 
 
@@ -206,7 +206,7 @@ def main():
             port = urllib.parse.urlsplit(params["url"]).port or 80
             other = foreign_listener(port, control_group(params["unit"]))
             if other:
-                active, sub, _ = unit_state(params["unit"])
+                active, sub = unit_state(params["unit"])[:2]
                 module.fail_json(msg=f"{params['url']} is answered by pid {other[0]} ({other[1]}), not by {params['unit']} "
                                      f"({active}, {sub}): stop what holds port {port}, then deploy again",
                                  journal=journal(params["unit"], params["hide"]))
