@@ -448,21 +448,23 @@ def load(name_or_path: str, limit: str | None = None) -> Inventory:
             plain_secrets[host.name] = shown
     _refuse_duplicate_keys(notes)
     every = {h.name for h in manager.get_hosts(pattern="all")}
-    host_vars_dir = (path if path.is_dir() else path.parent) / "host_vars"
-    # Ansible's host_group_vars plugin reads host_vars/<host>, <host>.yml, .yaml, .json and a directory <host>/
-    named = {f: f.name if f.is_dir() or f.suffix == "" else f.stem for f in sorted(host_vars_dir.glob("*"))
-             if not f.name.startswith(".") and (f.is_dir() or f.suffix in ("", ".yml", ".yaml", ".json"))}
+    named = _vars_files(path, "host_vars")
     # localhost: Ansible's implicit host (the playbooks' controller plays) reads host_vars/localhost.yml too
     orphans = {name: str(f) for f, name in named.items() if name not in every and name != "localhost"}
-    group_vars_dir = (path if path.is_dir() else path.parent) / "group_vars"
-    groups = {f: f.name if f.is_dir() or f.suffix == "" else f.stem for f in sorted(group_vars_dir.glob("*"))
-              if not f.name.startswith(".") and (f.is_dir() or f.suffix in ("", ".yml", ".yaml", ".json"))}
+    groups = _vars_files(path, "group_vars")
     # hicache_routers: a group every playbook names, whether this inventory has router hosts yet or not
     group_orphans = {name: str(f) for f, name in groups.items() if name not in manager.groups and name != ROUTERS}
     return Inventory(name=name_or_path, path=path, hosts=servers, notes=list(dict.fromkeys(notes)), connections=connections,
                      routers=router_vars, plain_secrets=plain_secrets,
                      in_both=[h.name for h in hosts if h.name in routers and h.name in grouped_servers], misspelled=misspelled, orphan_host_vars=orphans,
                      orphan_group_vars=group_orphans)
+
+
+def _vars_files(path: pathlib.Path, kind: str) -> dict[pathlib.Path, str]:
+    """The files (and directories) of the inventory's host_vars/ or group_vars/, each with the host or group it names:
+    as Ansible's host_group_vars plugin reads them, NAME, NAME.yml, .yaml, .json and a directory NAME/."""
+    return {f: f.name if f.is_dir() or f.suffix == "" else f.stem for f in sorted(((path if path.is_dir() else path.parent) / kind).glob("*"))
+            if not f.name.startswith(".") and (f.is_dir() or f.suffix in ("", ".yml", ".yaml", ".json"))}
 
 
 def _refuse_duplicate_keys(notes: list[str]) -> None:

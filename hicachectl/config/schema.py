@@ -217,7 +217,7 @@ def own_directory(path: str) -> bool:
 
 def own_mount_point(path: str) -> bool:
     """The L3 mount point: a directory of the toolkit's own, written as the kernel and systemd name it."""
-    return own_directory(path) and (path == "/" or all(part not in ("", ".", "..") for part in path.split("/")[1:]))
+    return own_directory(path) and clean_path(path) == path
 
 
 MOUNT_PATH = Domain("an absolute path without ':' (it is mounted with -v DIR:PATH)", "/models/weights", "mount-path", pattern=r"/[^:]*")

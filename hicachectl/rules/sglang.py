@@ -5,6 +5,7 @@ backend needs, the service without a container, the extra config file and the ke
 from __future__ import annotations
 
 import ipaddress
+import math
 import posixpath
 import re
 
@@ -316,7 +317,7 @@ def _not_json(value, where: str) -> tuple[str, str] | None:
             if found:
                 return found
         return None
-    if isinstance(value, float) and value != value or isinstance(value, float) and value in (float("inf"), float("-inf")):
+    if isinstance(value, float) and not math.isfinite(value):
         return where, f"is {value!r}"
     if value is None or isinstance(value, (str, bool, int, float)):
         return None
