@@ -21,7 +21,10 @@ description:
   - An answer counts only when it is the unit's own. The process listening on the URL's port must run in the unit's
     control group (or in a container's, which the unit's C(docker run) or C(podman run) started). A server started by hand
     or another process holding the port, while the unit fails to bind it, fails the module, naming that process.
-  - In check mode nothing was (re)started, so there is nothing to wait for; the module returns at once, skipped.
+  - With O(start), a unit that is not active is started first (the result is then changed), so a stopped server is started
+    and waited for in one step.
+  - In check mode nothing was (re)started, so there is nothing to wait for; the module returns at once, skipped, or, with
+    O(start), changed when the unit would be started.
 options:
   url:
     description: The server's /health URL.
@@ -35,6 +38,10 @@ options:
     description: Seconds to wait at most.
     type: int
     default: 1800
+  start:
+    description: Start O(unit) first when it is not active (C(systemctl start)); the result is changed when it was started.
+    type: bool
+    default: false
   interval:
     description: Seconds between polls.
     type: int
@@ -48,7 +55,7 @@ options:
     elements: str
     default: []
 notes:
-  - Supports check mode (returns at once, skipped).
+  - Supports check mode (returns at once, skipped, or changed when O(start) would start the unit).
   - Needs systemd on the host (C(systemctl show), C(journalctl)).
 author: hicache-deploy developers (@hicache-deploy)
 """
@@ -62,6 +69,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+started:
+  description: Whether the module started O(unit) (O(start)).
+  returned: always
+  type: bool
+  sample: false
 seconds:
   description: Seconds until /health answered 200.
   returned: success
@@ -101,10 +113,13 @@ def status(url):
         return None
 
 
-def unit_state(unit):
-    out = subprocess.run(["systemctl", "show", "--property=ActiveState,SubState,NRestarts", unit], capture_output=True, text=True, check=False).stdout
+def unit_show(unit):
+    """The unit's ActiveState, SubState, NRestarts and ControlGroup, from one `systemctl show`."""
+    out = subprocess.run(["systemctl", "show", "--property=ActiveState,SubState,NRestarts,ControlGroup", unit],
+                         capture_output=True, text=True, check=False).stdout
     props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-    return props.get("ActiveState", "unknown"), props.get("SubState", ""), int(props.get("NRestarts", "0") or 0)
+    return {"active": props.get("ActiveState", "unknown"), "sub": props.get("SubState", ""),
+            "restarts": int(props.get("NRestarts", "0") or 0), "control_group": props.get("ControlGroup", "").strip()}
 
 
 def listeners(port, proc="/proc"):
@@ -177,11 +192,6 @@ def foreign_listener(port, control_group, proc="/proc"):
     return None
 
 
-def control_group(unit):
-    out = subprocess.run(["systemctl", "show", "--property=ControlGroup", unit], capture_output=True, text=True, check=False).stdout
-    return out.strip().partition("=")[2]
-
-
 def journal(unit, hide=()):
     text = subprocess.run(["journalctl", "-u", unit, "-n", "40", "--no-pager", "-o", "cat"], capture_output=True, text=True, check=False).stdout
     for form in sorted({form for form in hide if form}, key=len, reverse=True):
@@ -192,34 +202,47 @@ def journal(unit, hide=()):
 def main():
     module = AnsibleModule(argument_spec={"url": {"type": "str", "required": True}, "unit": {"type": "str", "required": True},
                                           "timeout": {"type": "int", "default": 1800}, "interval": {"type": "int", "default": 5},
+                                          "start": {"type": "bool", "default": False},
                                           "hide": {"type": "list", "elements": "str", "default": [], "no_log": True}},
                            supports_check_mode=True)
-    params = module.params
+    params, unit = module.params, module.params["unit"]
+    state = unit_show(unit)
+    # As ansible.builtin.systemd_service's state=started (is_running_service): active and activating units are left as they are.
+    started = params["start"] and state["active"] not in ("active", "activating")
     if module.check_mode:
-        module.exit_json(changed=False, skipped=True, msg="check mode: the server was not (re)started, so there is nothing to wait for")
+        module.exit_json(changed=started, started=started, skipped=not started,
+                         msg=f"check mode: {unit} would be started" if started else
+                             "check mode: the server was not (re)started, so there is nothing to wait for")
+    if started:
+        done = subprocess.run(["systemctl", "start", unit], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            module.fail_json(msg=f"systemctl start {unit} failed: {done.stderr.strip()}", started=False,
+                             journal=journal(unit, params["hide"]))
+        state = unit_show(unit)
     start = time.monotonic()
-    restarts_at_start = unit_state(params["unit"])[2]
+    restarts_at_start = state["restarts"]
     last = None
     while time.monotonic() - start < params["timeout"]:
         last = status(params["url"])
         if last == 200:
+            state = unit_show(unit)
             port = urllib.parse.urlsplit(params["url"]).port or 80
-            other = foreign_listener(port, control_group(params["unit"]))
+            other = foreign_listener(port, state["control_group"])
             if other:
-                active, sub = unit_state(params["unit"])[:2]
-                module.fail_json(msg=f"{params['url']} is answered by pid {other[0]} ({other[1]}), not by {params['unit']} "
-                                     f"({active}, {sub}): stop what holds port {port}, then deploy again",
-                                 journal=journal(params["unit"], params["hide"]))
-            module.exit_json(changed=False, seconds=round(time.monotonic() - start, 1), url=params["url"])
-        active, sub, restarts = unit_state(params["unit"])
-        if active == "failed" or (active == "inactive" and time.monotonic() - start > params["interval"]):
-            module.fail_json(msg=f"{params['unit']} is {active} ({sub}) and never answered {params['url']}", journal=journal(params["unit"], params["hide"]))
-        if restarts - restarts_at_start >= 2:
-            module.fail_json(msg=f"{params['unit']} crashed and was restarted {restarts - restarts_at_start} times while loading",
-                             journal=journal(params["unit"], params["hide"]))
+                module.fail_json(msg=f"{params['url']} is answered by pid {other[0]} ({other[1]}), not by {unit} "
+                                     f"({state['active']}, {state['sub']}): stop what holds port {port}, then deploy again",
+                                 started=started, journal=journal(unit, params["hide"]))
+            module.exit_json(changed=started, started=started, seconds=round(time.monotonic() - start, 1), url=params["url"])
+        state = unit_show(unit)
+        if state["active"] == "failed" or (state["active"] == "inactive" and time.monotonic() - start > params["interval"]):
+            module.fail_json(msg=f"{unit} is {state['active']} ({state['sub']}) and never answered {params['url']}", started=started,
+                             journal=journal(unit, params["hide"]))
+        if state["restarts"] - restarts_at_start >= 2:
+            module.fail_json(msg=f"{unit} crashed and was restarted {state['restarts'] - restarts_at_start} times while loading",
+                             started=started, journal=journal(unit, params["hide"]))
         time.sleep(params["interval"])
-    module.fail_json(msg=f"{params['url']} did not answer 200 within {params['timeout']} s (last answer: {last})",
-                     journal=journal(params["unit"], params["hide"]))
+    module.fail_json(msg=f"{params['url']} did not answer 200 within {params['timeout']} s (last answer: {last})", started=started,
+                     journal=journal(unit, params["hide"]))
 
 
 if __name__ == "__main__":
