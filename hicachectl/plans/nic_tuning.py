@@ -166,10 +166,33 @@ class NicPlan:
 
 
 def nic_plan(d: Deployment, report: dict[str, Any] | None = None) -> NicPlan:
+    """The plan; with `report` also the verdict on it. `report` is the program's --check-json report, or the whole
+    result of the task that ran it (rc, stdout, stderr: program_report reads it)."""
     asked = storage.is_nfs(d) or bool(d.nic_interfaces)
+    verdict = None
+    if report is not None:
+        read, failure = program_report(report) if "rc" in report else (report, None)
+        verdict = nic_verdict(read, asked, bool(d.nic_ecn_required)) if failure is None else {"failures": [failure], "gaps": [], "changes": []}
     return NicPlan(desired=desired(d), config_file=CONFIG_FILE, config_text=config_text(d), program=PROGRAM, unit=UNIT, unit_text=unit_text(),
                    udev_rule_file=UDEV_RULE, udev_rule_text=udev_rule_text(), selection=selection(d), strict=bool(d.strict), asked=asked,
-                   verdict=nic_verdict(report, asked, bool(d.nic_ecn_required)) if report is not None else None)
+                   verdict=verdict)
+
+
+def program_report(run: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """(the report, None) from a run of `hicache-nic-tuning --check-json` (a command task's result: rc, stdout, stderr),
+    or ({}, why) when the program failed or wrote no report: a failure of the host, whatever hicache_strict says (the
+    program could not even read the ports)."""
+    stdout = str(run.get("stdout") or "").strip()
+    report = None
+    if run.get("rc") == 0 and stdout.startswith("{"):
+        try:
+            report = json.loads(stdout)
+        except ValueError:
+            report = None
+    if isinstance(report, dict):
+        return report, None
+    stderr = str(run.get("stderr") or "").strip()
+    return {}, f"hicache-nic-tuning failed on this host (rc {run.get('rc')}): {stderr[-500:]}"
 
 
 def parse_ethtool_rings(text: str) -> dict[str, dict[str, int]]:

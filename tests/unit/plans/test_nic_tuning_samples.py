@@ -840,3 +840,26 @@ def test_a_tos_this_program_did_not_set_since_the_boot_is_not_checked_against_th
     verdict = nic_tuning.nic_verdict(check, asked=True)
     assert "not_in_effect" not in verdict and [n.split(":")[0] for n in verdict["not_checked"]] == ["ens1f0np0 roce tos", "ens1f1np1 roce tos"]
     assert "not set by hicache-nic-tuning since the boot" in verdict["not_checked"][0]
+
+
+@pytest.mark.parametrize("run,reason", [
+    ({"rc": 1, "stdout": "", "stderr": "Traceback ...\nPermissionError: /sys/class/net"}, "(rc 1): Traceback ...\nPermissionError"),
+    ({"rc": 0, "stdout": "not json", "stderr": ""}, "(rc 0): "),
+    ({"rc": 0, "stdout": "{not json", "stderr": "cut"}, "(rc 0): cut"),
+    ({"rc": 2, "stdout": '{"changes": []}', "stderr": "died late"}, "(rc 2): died late"),
+])
+def test_a_program_that_failed_or_wrote_no_report_fails_the_host(run, reason):
+    """The role judges the whole run of --check-json (rc, stdout, stderr): one that failed, or wrote no report, is a
+    failure of the host whatever hicache_strict says, never a pass on an empty report."""
+    report, failure = nic_tuning.program_report(run)
+    assert report == {} and failure.startswith("hicache-nic-tuning failed on this host ") and reason in failure
+    verdict = nic_tuning.nic_plan(deployment("vast", strict=False), run).verdict
+    assert verdict == {"failures": [failure], "gaps": [], "changes": []}
+
+
+def test_a_run_with_a_report_is_judged_as_the_report_itself():
+    report = {"changes": [{"what": "ens1f0np0 mtu 1500 -> 9000"}], "selected": [{"port": "ens1f0np0", "reason": "named"}]}
+    run = {"rc": 0, "stdout": json.dumps(report) + "\n", "stderr": ""}
+    d = deployment("vast")
+    assert nic_tuning.program_report(run) == (report, None)
+    assert nic_tuning.nic_plan(d, run).verdict == nic_tuning.nic_plan(d, report).verdict
