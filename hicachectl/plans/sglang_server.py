@@ -185,6 +185,7 @@ class ServerPlan:
     health_url: str
     health_timeout: int
     runtime: str | None
+    container_name: str  # the server's container, where it runs in one: its processes answer /health for the unit
     uses_uring: bool
     uring_requested: bool
     strict: bool
@@ -260,6 +261,7 @@ def server_plan(d: Deployment, uring_fallback: bool = False, facts: dict[str, An
         health_url=f"http://{d.local_host}:{d.effective_port}/health",
         health_timeout=d.health_timeout,
         runtime=runtime,
+        container_name=d.container_name,
         uses_uring=asks_uring and not uring_fallback,
         uring_requested=asks_uring,
         strict=bool(d.strict),

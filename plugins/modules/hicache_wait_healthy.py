@@ -19,8 +19,9 @@ description:
   - Fails early when the unit has failed, is inactive after the first poll interval, or was restarted by systemd twice during
     the wait (a crash loop); the end of the unit's journal is in RV(journal).
   - An answer counts only when it is the unit's own. The process listening on the URL's port must run in the unit's
-    control group (or in a container's, which the unit's C(docker run) or C(podman run) started). A server started by hand
-    or another process holding the port, while the unit fails to bind it, fails the module, naming that process.
+    control group, or in the control group of the container O(container_name) that the unit's C(docker run) or
+    C(podman run) started. A server started by hand, another container, or another process holding the port while the
+    unit fails to bind it, fails the module, naming that process.
   - With O(start), a unit that is not active is started first (the result is then changed), so a stopped server is started
     and waited for in one step.
   - In check mode nothing was (re)started, so there is nothing to wait for; the module returns at once, skipped, or, with
@@ -38,6 +39,13 @@ options:
     description: Seconds to wait at most.
     type: int
     default: 1800
+  container_runtime:
+    description: The container runtime (C(docker), C(podman)) that runs the container O(container_name); when not given,
+      whichever of them runs a container of that name.
+    type: str
+  container_name:
+    description: The name the server's container has (C(docker run --name)); its processes answer for the unit.
+    type: str
   start:
     description: Start O(unit) first when it is not active (C(systemctl start)); the result is changed when it was started.
     type: bool
@@ -162,10 +170,11 @@ def cgroup(pid, proc="/proc"):
     return None
 
 
-def foreign_listener(port, control_group, proc="/proc"):
+def foreign_listener(port, control_group, proc="/proc", container_cgroup=None):
     """(pid, command) of a process listening on `port` that is neither in the unit's control group (empty: the unit
-    runs no process, between two restarts of a loop) nor in a container's; None when every listener is the unit's
-    (or none was found: not judged)."""
+    runs no process, between two restarts of a loop) nor in `container_cgroup`, the control group of the container the
+    unit runs (None: it runs none, or it could not be found); None when every listener is the unit's (or none was
+    found: not judged)."""
     # Inside a container that runs systemd (without a cgroup namespace), every path starts with the container's own:
     # PID 1's, less its init.scope. Judged below that, the container's processes look as the host's do.
     root = (cgroup(1, proc) or "").removesuffix("/init.scope").rstrip("/")
@@ -181,7 +190,7 @@ def foreign_listener(port, control_group, proc="/proc"):
         path = "/" + below_root(found).strip("/") + "/"
         if unit_path and path.startswith(unit_path):
             continue
-        if any(marker in path for marker in ("/docker-", "/docker/", "/libpod-", "/machine.slice/")):
+        if container_cgroup and (found == container_cgroup or found.startswith(container_cgroup.rstrip("/") + "/")):
             continue  # the container the unit's docker run or podman run started (its own scope)
         try:
             with open(os.path.join(proc, str(pid), "comm")) as handle:
@@ -189,6 +198,23 @@ def foreign_listener(port, control_group, proc="/proc"):
         except OSError:
             command = "?"
         return pid, command
+    return None
+
+
+def container_group(runtime, name, proc="/proc"):
+    """The control group of the running container `name` (its main process's) under `runtime`, or where that is not
+    given (a rollback to a config that ran a container) under docker or podman, whichever runs it; None when no such
+    container runs."""
+    if not name:
+        return None
+    for tool in [runtime] if runtime else ["docker", "podman"]:
+        try:
+            out = subprocess.run([tool, "inspect", "--format", "{{.State.Pid}}", name], capture_output=True, text=True, check=False, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):  # not installed here
+            continue
+        pid = out.stdout.strip()
+        if out.returncode == 0 and pid.isdigit() and int(pid) > 0:
+            return cgroup(int(pid), proc)
     return None
 
 
@@ -203,6 +229,7 @@ def main():
     module = AnsibleModule(argument_spec={"url": {"type": "str", "required": True}, "unit": {"type": "str", "required": True},
                                           "timeout": {"type": "int", "default": 1800}, "interval": {"type": "int", "default": 5},
                                           "start": {"type": "bool", "default": False},
+                                          "container_runtime": {"type": "str"}, "container_name": {"type": "str"},
                                           "hide": {"type": "list", "elements": "str", "default": [], "no_log": True}},
                            supports_check_mode=True)
     params, unit = module.params, module.params["unit"]
@@ -227,7 +254,8 @@ def main():
         if last == 200:
             state = unit_show(unit)
             port = urllib.parse.urlsplit(params["url"]).port or 80
-            other = foreign_listener(port, state["control_group"])
+            other = foreign_listener(port, state["control_group"],
+                                     container_cgroup=container_group(params["container_runtime"], params["container_name"]))
             if other:
                 module.fail_json(msg=f"{params['url']} is answered by pid {other[0]} ({other[1]}), not by {unit} "
                                      f"({state['active']}, {state['sub']}): stop what holds port {port}, then deploy again",

@@ -52,7 +52,29 @@ def test_a_server_started_by_hand_is_named(tmp_path):
 
 def test_the_units_container_is_its_answer(tmp_path):
     proc = proc_tree(tmp_path, {900: (30000, "/system.slice/docker-0123abcd.scope", "python3")})
-    assert wait.foreign_listener(30000, UNIT, proc) is None
+    assert wait.foreign_listener(30000, UNIT, proc, container_cgroup="/system.slice/docker-0123abcd.scope") is None
+
+
+@pytest.mark.parametrize("container_cgroup", [None, "/system.slice/docker-ffff0000.scope"])
+def test_another_container_on_the_port_is_named(tmp_path, container_cgroup):
+    """Any container was taken for the unit's (#34): a container the unit did not start (another name), or one on a
+    host whose unit runs none, answers /health for someone else."""
+    proc = proc_tree(tmp_path, {901: (30000, "/system.slice/docker-0123abcd.scope", "python3")})
+    assert wait.foreign_listener(30000, UNIT, proc, container_cgroup=container_cgroup) == (901, "python3")
+
+
+def test_the_container_is_found_by_its_name_under_the_runtime_that_runs_it(tmp_path):
+    """container_group asks `<runtime> inspect --format {{.State.Pid}} NAME` (docker's and podman's own flag) and reads
+    that process's cgroup; a name no runtime runs, or no runtime at all, is None."""
+    proc = proc_tree(tmp_path, {902: (30000, "/system.slice/docker-0123abcd.scope", "python3")})
+    runtime = tmp_path / "docker"
+    runtime.write_text('#!/bin/sh\n[ "$1 $2 $3 $5" = "inspect --format {{.State.Pid}} " ] || exit 2\n'
+                       '[ "$4" = sglang-hicache ] && echo 902 && exit 0\necho "Error: No such object: $4" >&2; exit 1\n')
+    runtime.chmod(0o755)
+    assert wait.container_group(str(runtime), "sglang-hicache", proc) == "/system.slice/docker-0123abcd.scope"
+    assert wait.container_group(str(runtime), "someone-else", proc) is None
+    assert wait.container_group(str(tmp_path / "absent-runtime"), "sglang-hicache", proc) is None
+    assert wait.container_group(None, None, proc) is None
 
 
 @pytest.mark.parametrize("own, expected", [(UNIT, None), ("/user.slice/user-0.slice/session-4.scope", (55, "python3"))])
