@@ -213,6 +213,26 @@ def probes(models: Iterable[str], salt: str) -> list[dict]:
     return [prompts.chat_request(model, prompts.prompt(f"hicache-verify-router-{salt}", 16)) for model in models]
 
 
+def verify_requests(router_vars: Mapping[str, Any], salt: str) -> list[dict[str, Any]]:
+    """What verify asks on a router host, in order, as hicache_probe's requests: the router's /health and GET /workers,
+    each server's /health (from the router host: the router's own path to it), one chat completion per served model
+    through the router (only once its /health answered 200), its Prometheus metrics. observed() reads the answers back."""
+    url = router_vars["url"]
+    return ([{"name": "health", "url": router_vars["health_url"], "timeout": 30}, {"name": "workers", "url": f"{url}/workers", "timeout": 30}]
+            + [{"name": f"worker {worker}", "url": f"{worker}/health", "timeout": 30} for worker in router_vars.get("worker_urls") or []]
+            + [{"name": f"chat {i}", "url": f"{url}/v1/chat/completions", "method": "POST", "body": body, "timeout": 120, "after": "health"}
+               for i, body in enumerate(probes(router_vars.get("models") or [], salt))]
+            + [{"name": "metrics", "url": router_vars["metrics_url"], "return_content": True, "timeout": 30}])
+
+
+def observed(router_vars: Mapping[str, Any], answers: Mapping[str, Any]) -> dict[str, Any]:
+    """The answers to verify_requests in the shape judge() reads: chats not sent (the router did not answer) left out."""
+    chats = [answers.get(f"chat {i}") or {} for i in range(len(router_vars.get("models") or []))]
+    return {"health": answers.get("health"), "workers": answers.get("workers"), "metrics": answers.get("metrics"),
+            "worker_health": {worker: answers.get(f"worker {worker}") for worker in router_vars.get("worker_urls") or []},
+            "chats": [chat for chat in chats if not chat.get("skipped")]}
+
+
 def _check(name: str, status: str, detail: str, cause: str = "") -> dict[str, str]:
     return {"check": name, "status": status, "detail": detail, "cause": cause}
 

@@ -81,19 +81,20 @@ def hicache_router_extra_workers(listed, plan):
     return router.extra_workers(plain(listed or []), plain(plan).get("worker_urls") or [])
 
 
-def hicache_router_probes(plan, salt):
-    """The chat completions verify sends through the router: one per served model."""
+def hicache_router_verify_requests(plan, salt):
+    """What verify asks on a router host, as hicache_probe's requests (router.verify_requests)."""
     _core()
-    return router.probes(plain(plan).get("models") or [], str(salt))
+    return router.verify_requests(plain(plan), str(salt))
 
 
-def hicache_router_judge(observed, plan):
-    """verify's checks of a router from what it answered (`plan`: hicache_router_plan's result)."""
+def hicache_router_judge(answers, plan):
+    """verify's checks of a router from hicache_probe's answers to hicache_router_verify_requests (`plan`:
+    hicache_router_plan's result)."""
     _core()
-    return router.judge(plain(plan), plain(observed))
+    return router.judge(plain(plan), router.observed(plain(plan), plain(answers)))
 
 
 class FilterModule:
     def filters(self):
-        return {f.__name__: f for f in (hicache_servers, hicache_router_plan, hicache_router_extra_workers, hicache_router_probes, hicache_router_judge,
-                                        hicache_router_dir, hicache_router_doctor)}
+        return {f.__name__: f for f in (hicache_servers, hicache_router_plan, hicache_router_extra_workers, hicache_router_verify_requests,
+                                        hicache_router_judge, hicache_router_dir, hicache_router_doctor)}

@@ -425,3 +425,25 @@ def test_a_broken_answer_is_a_router_error_that_is_not_a_refusal():
         with pytest.raises(worker_module.RouterError) as cut:
             worker_module.Router(f"http://127.0.0.1:{server.getsockname()[1]}", timeout=5).workers()
     assert not cut.value.refused and "broken answer" in str(cut.value), str(cut.value)
+
+
+def test_verify_asks_what_the_judge_reads_in_one_probe():
+    """verify_routers.yml asks through hicache_probe: the router's /health and workers, each server's /health, one chat
+    per model after the router answered, the metrics; observed() gives judge() the shape it read from uri tasks."""
+    plan = {**PLAN, "models": ["m1", "m2"], "health_url": "http://127.0.0.1:30080/health"}
+    requests = router.verify_requests(plan, "salt")
+    names = [r["name"] for r in requests]
+    assert names == ["health", "workers", *[f"worker {u}" for u in plan["worker_urls"]], "chat 0", "chat 1", "metrics"]
+    assert all(r["after"] == "health" for r in requests if r["name"].startswith("chat")) and requests[-1]["return_content"]
+    assert [r["body"]["model"] for r in requests if r["name"].startswith("chat")] == ["m1", "m2"]
+    good = _observed()
+    answers = {"health": good["health"], "workers": good["workers"], "metrics": good["metrics"],
+               **{f"worker {u}": good["worker_health"][u] for u in plan["worker_urls"]},
+               "chat 0": good["chats"][0], "chat 1": good["chats"][0]}
+    assert router.observed(plan, answers)["chats"] == [good["chats"][0]] * 2
+    assert router.judge(plan, router.observed(plan, answers))["ok"]
+    down = {"health": {"status": -1}, "workers": {"status": -1}, "metrics": {"status": -1},
+            "chat 0": {"skipped": True}, "chat 1": {"skipped": True}}
+    seen = router.observed(plan, down)
+    assert seen["chats"] == [] and seen["worker_health"] == dict.fromkeys(plan["worker_urls"])
+    assert not router.judge(plan, seen)["ok"]
