@@ -137,9 +137,9 @@ def test_bench_reports_three_phases_the_ratio_and_the_l3_rate_as_table_json_and_
 
 @pytest.mark.slow  # the stand-in's L3 is SGLang's own file backend (CPU torch): a start takes 5-20 s here
 def test_bench_says_when_l3_loses_to_recompute_with_sglangs_levers(standin, tmp_path):
-    """A slow tier (STANDIN_L3_READ_DELAY: 50 ms per page read) against a fast prefill: 31 pages from L3 take 1.5 s,
+    """A slow tier (STANDIN_L3_READ_DELAY: 200 ms per page read) against a fast prefill: 31 pages from L3 take 6.2 s,
     recomputing the 2000 tokens 0.4 s. bench must say L3 loses, in the text and in --json, with the levers."""
-    delay, prefill = 0.05, 200
+    delay, prefill = 0.2, 200
     port, proc = standin("--served-model-name", "bench", "--page-size", str(PAGE), "--hicache-storage-backend", "file",
                          "--enable-metrics", "--hicache-storage-prefetch-policy", "wait_complete",
                          env={"STANDIN_PREFILL_US_PER_TOKEN": str(prefill), "STANDIN_LOAD_US_PER_TOKEN": "20",
