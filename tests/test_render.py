@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from strategies import NASTY, SERVED_NAME
 from support import ROOT, cli, cli_json
 
+from hicachectl.config import namespace
 from hicachectl.formats import tomlwriter
 from hicachectl.plans import host_files, host_limits, launch, model, nic_tuning, router, storage
 
@@ -263,6 +264,8 @@ def test_render_names_what_the_roles_leave_beyond_their_files():
     assert not removed & state, removed & state
     local = {k.path for k in host_files.server_host_files(deployment("local")).kept}
     assert "/etc/udev/rules.d/90-hicache-l3-readahead.rules" not in local  # no NFS tier: no read-ahead rule
+    # the server's L3 directory, where it has a namespace of its own (the vast documents' run has none: the tier itself)
+    assert f"{namespace.host_dir(deployment('local'))}/" in local and namespace.host_dir(d) == d.cache_dir
     rd = router.check_router_host("router-01", {"hicache_router_wheelhouse": "/srv/wheels"})[0]
     routed = {k.path: k.what for k in host_files.router_host_files(rd, {}).kept}
     assert set(routed) == {f"{rd.router_dir.rstrip('/')}/", f"{rd.router_dir.rstrip('/')}/wheels/"}

@@ -440,14 +440,14 @@ def l3_checks(d: Deployment, obs: Mapping[str, Any], writer=None) -> list[dict[s
 
 def l3_dir_check(obs: Mapping[str, Any]) -> dict[str, str] | None:
     """The directory the server writes its pages in (stat on the host): there and writable, or every write fails until
-    the server's next start makes it again. None where the server has no L3 directory (or it was not read)."""
+    a deploy or the server's next start makes it again. None where the server has no L3 directory (or it was not read)."""
     read = obs.get("l3_dir")
     if not isinstance(read, Mapping) or not read.get("path"):
         return None
     path = read["path"]
     if not read.get("exists"):
-        return _check("L3 directory", FAIL, f"{path} is missing: every page the server writes fails until its next start makes it again",
-                      "`hicachectl restart` (or find what removed it: a prune, SGLang's clear).")
+        return _check("L3 directory", FAIL, f"{path} is missing: every page the server writes fails until a deploy or its next start makes it again",
+                      "`hicachectl deploy` makes it again without a restart (and find what removed it: a prune, SGLang's clear).")
     if not read.get("isdir") or not read.get("writeable"):
         return _check("L3 directory", FAIL, f"{path} is {'not a directory' if not read.get('isdir') else 'not writable'}: the server's writes fail",
                       "check its mode, its mount (read-only?) and chattr flags on the host.")

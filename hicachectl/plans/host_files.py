@@ -12,6 +12,7 @@ import hashlib
 
 import jinja2
 
+from hicachectl.config import namespace
 from hicachectl.config.deployment import Deployment
 from hicachectl.config.paths import ROLES
 from hicachectl.plans import container_runtime, host_limits, l3_collector, model, nic_tuning, router, sglang_server, storage
@@ -201,6 +202,10 @@ def server_host_files(d: Deployment, fleet=None) -> HostChanges:
             Kept("sglang_server", f"{server.previous_dir}/",
                  "the previous config, a copy of cfg/ as it ran before the last change: what a failed start and `hicachectl rollback` "
                  "put back (one, replaced at each change)")]
+    if namespace.of(d) and (l3_dir := namespace.host_dir(d)):
+        kept.append(Kept("sglang_server", f"{l3_dir.rstrip('/')}/", "the server's L3 directory on the tier (its namespace), the pages it writes: "
+                         "made by serve.sh at each start and by a deploy where missing; only `hicachectl l3 --prune` (a namespace no "
+                         "server uses) and the tier's collector (pages over a budget) remove from it"))
     kept += _state_kept(d) + _model_kept(d) + _runtime_left(d)
     if fleet is not None and d.inventory_host in fleet:
         collector = l3_collector.plan(d.inventory_host, {**fleet, d.inventory_host: d})

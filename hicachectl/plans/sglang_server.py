@@ -17,7 +17,7 @@ from hicachectl.config import namespace, secrets
 from hicachectl.config.deployment import Deployment, uses_uring
 from hicachectl.config.paths import TEMPLATES
 from hicachectl.formats.quoting import shell_word, unit_value, unit_word
-from hicachectl.plans import l3_collector, launch
+from hicachectl.plans import host_limits, l3_collector, launch, storage, storage_live
 from hicachectl.plans.plan import has_tool
 
 
@@ -95,8 +95,6 @@ def _limit(value) -> str:
 
 def unit(d: Deployment) -> RenderedFile:
     """The systemd unit that keeps the server running (serve.sh in the foreground)."""
-    from hicachectl.plans import host_limits, storage
-
     ulimits = d.container_ulimits
     text = _environment().get_template("sglang-hicache.service.j2").render(
         host=d.inventory_host, served=d.served_name, cfg_dir=d.cfg_dir,
@@ -176,6 +174,8 @@ class ServerPlan:
     # What hicache_files writes in one step: every file without a secret. Backed up only over files this toolkit did not
     # write (no installed.json of ours yet: first_install): after that, cfg.previous is the one previous config.
     public_files: list[dict[str, Any]]
+    # The config directory, and the server's L3 directory where it may be made now (l3_directory): same step.
+    directories: list[dict[str, Any]]
     # The secret files this config has none of (removed: an old secret does not stay on the host), and the backups an
     # earlier release left of files it wrote (stale_backups), removed in the same step.
     absent_secret_files: list[str]
@@ -228,6 +228,20 @@ def first_install(d: Deployment, facts: dict[str, Any] | None) -> bool:
     return not ((facts or {}).get("files") or {}).get(f"{d.cfg_dir}/{INSTALLED}")
 
 
+def l3_directory(d: Deployment, facts: dict[str, Any] | None) -> str | None:
+    """The server's own L3 directory (its namespace under the tier) where the role may make it now: the tier is a local
+    directory, or its mount is there (the host facts' mountinfo). serve.sh makes it at every start; a deploy makes it
+    again when something removed it under a running server (a prune, SGLang's clear, an operator), whose writes fail
+    until then. Never under a mount point without its mount (the pages would go to the disk beneath it), never without
+    host facts (render, plan without a host), and never the tier itself (namespace off: the storage role makes it)."""
+    if facts is None or not namespace.of(d) or not (where := namespace.host_dir(d)):
+        return None
+    point = storage.mount_point(d)
+    if point is not None and storage_live.mount_at(storage_live.parse_mountinfo(str(facts.get("mountinfo") or "")), point) is None:
+        return None
+    return where
+
+
 def with_uring_fallback(d: Deployment, uring_fallback: bool):
     """The deployment as the server runs it: NIXL's POSIX plugin on POSIX AIO where io_uring failed on this host."""
     return launch.uring_fallback(d) if uring_fallback and uses_uring(d) else d
@@ -258,6 +272,9 @@ def server_plan(d: Deployment, uring_fallback: bool = False, facts: dict[str, An
         + stale_backups(d, facts),
         uring_fallback=bool(uring_fallback and asks_uring),
         unit={"name": unit.name, "content": unit.content},
+        directories=[{"path": d.cfg_dir, "owner": "root", "group": "root", "mode": "0755", "label": "config directory"}]
+        # made as serve.sh makes it (mkdir -p: the umask's mode, root's), left as it is when there
+        + ([{"path": ns_dir, "label": "L3 namespace directory"}] if (ns_dir := l3_directory(d, facts)) else []),
         health_url=f"http://{d.local_host}:{d.effective_port}/health",
         health_timeout=d.health_timeout,
         runtime=runtime,

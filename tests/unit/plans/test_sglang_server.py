@@ -7,7 +7,8 @@ import os
 
 from helpers import deployment, load_plugin
 
-from hicachectl.plans import sglang_server
+from hicachectl.config import namespace
+from hicachectl.plans import sglang_server, storage
 from hicachectl.plans.plan import as_fact
 
 
@@ -45,3 +46,32 @@ def test_the_host_facts_list_ansibles_backups_and_say_only_whether_they_carry_th
     assert found == {str(tmp_path / "start.sh.4242.2026-11-30@10:00:00~"): True, str(tmp_path / "start.sh.4243.2026-11-30@10:00:00~"): False,
                      str(tmp_path / "start.sh.4244.2026-11-30@10:00:00~"): False}
     assert secret not in repr(found)
+
+
+def test_a_deploy_makes_the_servers_l3_directory_again_only_where_the_tier_is_there():
+    """#34: a namespace directory removed under a running server (a prune, SGLang's clear) failed every write until the
+    server's next start, and a no-op deploy left it so. It is now made in the launch files' step, without owner or mode
+    (as serve.sh's mkdir -p), but never under a mount point whose mount is missing, nor without the host's facts."""
+    samples = os.path.join(os.path.dirname(__file__), "..", "..", "samples", "vastnfs")
+    with open(os.path.join(samples, "mountinfo-4.0.33.txt")) as handle:
+        mounted = handle.read()
+    facts = {"systemd": True, "tools": {}, "files": {}, "backups": {}}
+
+    def directories(d, facts):
+        return as_fact(sglang_server.server_plan(d, facts=facts))["directories"]
+
+    local = deployment("local")
+    [cfg] = directories(local, None)  # no host read (render, plan without a host): the config directory alone
+    assert cfg == {"path": local.cfg_dir, "owner": "root", "group": "root", "mode": "0755", "label": "config directory"}
+    want = {"path": namespace.host_dir(local), "label": "L3 namespace directory"}
+    assert want["path"].startswith(local.cache_dir.rstrip("/") + "/")
+    assert directories(local, {**facts, "mountinfo": ""}) == [cfg, want]  # a local tier: the storage role made the tier
+    assert directories(deployment("local", l3_namespace="off"), facts) == [cfg]  # the tier itself is the storage role's
+
+    vast = deployment("vast", l3_namespace="auto")  # the documents' vast run has none; a shared tier's servers do
+    assert storage.mount_point(vast) == "/mnt/kvcache-2ports"
+    [_, ns] = directories(vast, {**facts, "mountinfo": mounted})
+    assert ns == {"path": namespace.host_dir(vast), "label": "L3 namespace directory"}
+    unmounted = "\n".join(line for line in mounted.splitlines() if " /mnt/kvcache-2ports " not in line)
+    assert len(directories(vast, {**facts, "mountinfo": unmounted})) == 1  # never on the disk beneath the mount point
+    assert "L3 namespace directory" not in as_fact(sglang_server.server_plan(vast, facts={**facts, "mountinfo": mounted}))["restart_items"]
