@@ -143,6 +143,10 @@ def test_rollback_puts_the_previous_config_back_and_is_idempotent(served_fleet):
                                                 "hicache_container_ulimits": {"memlock": -1, "stack": 8388608}}, name="served-rb2")
     stack = "systemctl show --property=LimitSTACK --value sglang-hicache.service"
     cli("deploy", "--inventory", str(first), "--limit", host, check_rc=0)
+    # #34's operator audit: plan named the unit's edit but not the restart it causes
+    planned = cli("plan", "--inventory", str(second), "--limit", host, check_rc=0).stdout
+    assert f"{host}: would change: Install the service unit [unit]" in planned, planned
+    assert f"{host}: would change: Restart the server with its new unit" in planned, planned
     cli("deploy", "--inventory", str(second), "--limit", host, check_rc=0)
     models = "python3 -c \"import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:30000/v1/models').read().decode())\""
     assert "after" in served_fleet.ssh(host, models).stdout
