@@ -220,6 +220,39 @@ def test_a_second_collector_waits_on_the_tiers_lock(tmp_path):
         holder.join(10)
 
 
+def test_a_run_whose_lock_file_is_removed_while_held_stops_before_the_next_page(tmp_path, monkeypatch):
+    """#35's limit of a POSIX lock: a lock file unlinked while held lets a second collector lock a new one. The run
+    checks before each page that its lock file is still the one at the path, and stops (said, counted) otherwise."""
+    root = tmp_path / "tier"
+    for n in range(3):
+        file_page(root / "a", n, age=1000 + n)
+    real_remove, said = collect.remove, []
+
+    def remove_then_lose_the_lock(page):
+        done = real_remove(page)
+        os.unlink(root / collect.LOCK_NAME)  # what SGLang's clear of a namespace-less tier, or an operator, does
+        return done
+    monkeypatch.setattr(collect, "remove", remove_then_lose_the_lock)
+    report = collect.collect(config(root, {"a": {"share_pct": None}}, budget=1), out=said.append)
+    assert report["lost_lock"] is True and report["removed"]["a"]["pages"] == 1, report
+    assert len(pages_left(root)) == 2 and len(list((root / "a").iterdir())) == 4  # left whole, for the next run
+    assert any("was removed or replaced while this run held it" in line and "2 chosen page(s) left" in line for line in said), said
+    # a lock file replaced by another (a second collector's new one) is the same loss
+    (root / collect.LOCK_NAME).unlink(missing_ok=True)
+    monkeypatch.setattr(collect, "remove", real_remove)
+    fd = os.open(root / collect.LOCK_NAME, os.O_RDWR | os.O_CREAT)
+    try:
+        assert collect._still_held(fd, str(root / collect.LOCK_NAME))
+        os.rename(root / collect.LOCK_NAME, root / "old")
+        (root / collect.LOCK_NAME).write_text("another collector\n")
+        assert not collect._still_held(fd, str(root / collect.LOCK_NAME))
+    finally:
+        os.close(fd)
+    # and an undisturbed run removes every chosen page
+    whole = collect.collect(config(root, {"a": {"share_pct": None}}, budget=1), out=lambda _: None)
+    assert whole["lost_lock"] is False and whole["removed"]["a"]["pages"] == 2 and not pages_left(root)
+
+
 # --- who collects, and the inventory's rules ---------------------------------------------------------------------
 
 
