@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import re
@@ -69,6 +70,7 @@ def test_config_changes_leave_no_backup_clutter_beside_the_hand_made_one(base):
         # #34: the server's L3 directory (its namespace under the tier), removed under the server (a prune), is made
         # again by the next deploy, not only by the server's next start (no server runs here: these are the deploy's)
         [namespace] = [p for p in (base / "l3").iterdir() if p.is_dir()]
+        assert str(namespace) == json.loads((base / "cfg/installed.json").read_text())["l3_dir"]  # the server's own
         if port == 30002:
             namespace.rmdir()
     backups = sorted(p.name for p in (base / "cfg").iterdir() if p.name.endswith("~"))

@@ -174,8 +174,10 @@ class ServerPlan:
     # What hicache_files writes in one step: every file without a secret. Backed up only over files this toolkit did not
     # write (no installed.json of ours yet: first_install): after that, cfg.previous is the one previous config.
     public_files: list[dict[str, Any]]
-    # The config directory, and the server's L3 directory where it may be made now (l3_directory): same step.
-    directories: list[dict[str, Any]]
+    directories: list[dict[str, Any]]  # the config directory
+    # The server's L3 directory where it may be made now (l3_directory), in the same step as a data directory: last,
+    # as serve.sh makes it, never beneath an unmounted fstab mount, never hanging on a hung one (hicache_files).
+    data_directories: list[dict[str, Any]]
     # The secret files this config has none of (removed: an old secret does not stay on the host), and the backups an
     # earlier release left of files it wrote (stale_backups), removed in the same step.
     absent_secret_files: list[str]
@@ -233,7 +235,8 @@ def l3_directory(d: Deployment, facts: dict[str, Any] | None) -> str | None:
     directory, or its mount is there (the host facts' mountinfo). serve.sh makes it at every start; a deploy makes it
     again when something removed it under a running server (a prune, SGLang's clear, an operator), whose writes fail
     until then. Never under a mount point without its mount (the pages would go to the disk beneath it), never without
-    host facts (render, plan without a host), and never the tier itself (namespace off: the storage role makes it)."""
+    host facts (render, plan without a host), and never the tier itself (namespace off: the storage role makes it).
+    hicache_files checks again on the host when it makes it: every fstab mount above it mounted, its parent there."""
     if facts is None or not namespace.of(d) or not (where := namespace.host_dir(d)):
         return None
     point = storage.mount_point(d)
@@ -272,9 +275,8 @@ def server_plan(d: Deployment, uring_fallback: bool = False, facts: dict[str, An
         + stale_backups(d, facts),
         uring_fallback=bool(uring_fallback and asks_uring),
         unit={"name": unit.name, "content": unit.content},
-        directories=[{"path": d.cfg_dir, "owner": "root", "group": "root", "mode": "0755", "label": "config directory"}]
-        # made as serve.sh makes it (mkdir -p: the umask's mode, root's), left as it is when there
-        + ([{"path": ns_dir, "label": "L3 namespace directory"}] if (ns_dir := l3_directory(d, facts)) else []),
+        directories=[{"path": d.cfg_dir, "owner": "root", "group": "root", "mode": "0755", "label": "config directory"}],
+        data_directories=[{"path": ns_dir, "label": "L3 namespace directory"}] if (ns_dir := l3_directory(d, facts)) else [],
         health_url=f"http://{d.local_host}:{d.effective_port}/health",
         health_timeout=d.health_timeout,
         runtime=runtime,

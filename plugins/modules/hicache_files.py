@@ -43,6 +43,21 @@ options:
     type: list
     elements: str
     default: []
+  data_directories:
+    description:
+      - Directories on a data tier (an NFS or local L3 tier), each with C(path) and an optional C(label), made after
+        everything else and only where missing, as a service's C(mkdir) would make them (umask 022, root's).
+      - Only the last component is made (its parent must exist), and only while every mount point /etc/fstab lists
+        at or above its parent is mounted, so nothing lands on the disk beneath a missing mount.
+      - Each is looked at in a child process given O(data_timeout) seconds, so a hung mount never hangs the run. One that
+        cannot be made is said as a warning and left; it is never a failure of the step.
+    type: list
+    elements: dict
+    default: []
+  data_timeout:
+    description: Seconds each of O(data_directories) may take (a hard NFS mount whose server does not answer blocks).
+    type: int
+    default: 15
 notes:
   - Supports check mode (reads, writes nothing) and diff mode.
   - A path that is a symlink is judged and written through it; the link itself is kept.
@@ -77,12 +92,19 @@ enabled:
   returned: always
   type: list
   elements: str
+created_items:
+  description: The label of each labelled directory and file that did not exist before (or would be created in check mode).
+  returned: always
+  type: list
+  elements: str
 """
 
 import grp  # noqa: E402 (imports below the documentation, as ansible-test's validate-modules wants)
 import os  # noqa: E402
 import pwd  # noqa: E402
+import signal  # noqa: E402
 import tempfile  # noqa: E402
+import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
@@ -134,22 +156,90 @@ def write_atomically(module, path, content):
     module.atomic_move(temporary, path)
 
 
+def fstab_mount_points(text):
+    """The mount points /etc/fstab lists (its second field; \\040 is a space)."""
+    points = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and not fields[0].startswith("#") and fields[1].startswith("/"):
+            points.append(fields[1].replace("\\040", " ").rstrip("/") or "/")
+    return points
+
+
+def unmounted_above(path, fstab_text, ismount=os.path.ismount):
+    """The mount points /etc/fstab lists at or above `path`'s parent that are not mounted now (the root aside)."""
+    parent = os.path.dirname(path.rstrip("/"))
+    return [point for point in fstab_mount_points(fstab_text)
+            if point != "/" and (parent == point or parent.startswith(point + "/")) and not ismount(point)]
+
+
+def look_at_data_directory(path, check, fstab="/etc/fstab"):
+    """'there', 'made' (in check mode: would be), or 'not made: why' (see data_directories)."""
+    if os.path.isdir(path):
+        return "there"
+    try:
+        with open(fstab, encoding="utf-8", errors="replace") as handle:
+            table = handle.read()
+    except OSError:
+        table = ""
+    missing = unmounted_above(path, table)
+    if missing:
+        return f"not made: {', '.join(missing)} (in /etc/fstab) is not mounted"
+    parent = os.path.dirname(path.rstrip("/"))
+    if not os.path.isdir(parent):
+        return f"not made: {parent} does not exist"
+    if not check:
+        os.umask(0o022)  # as systemd runs serve.sh's mkdir -p, whatever the login session's umask
+        os.mkdir(path)
+    return "made"
+
+
+def in_child(function, timeout, *args):
+    """function(*args)'s answer (a short text), computed in a forked child given `timeout` seconds: a child blocked on
+    a hung mount is killed (NFS waits are killable) and left to init, and the answer says so."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: answer and leave at once, running nothing of the parent's on the way out
+        os.close(read_end)
+        try:
+            answer = function(*args)
+        except OSError as exc:
+            answer = f"not made: {exc}"
+        os.write(write_end, answer.encode("utf-8", "replace")[:4000])
+        os._exit(0)
+    os.close(write_end)
+    deadline = time.monotonic() + timeout
+    try:
+        while not os.waitpid(pid, os.WNOHANG)[0]:
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                time.sleep(0.1)
+                os.waitpid(pid, os.WNOHANG)  # reaped when it died at once; else init reaps it once the mount answers
+                return f"not made: {args[0]} did not answer within {timeout} s (its storage unreachable?)"
+            time.sleep(0.02)
+        return os.read(read_end, 8192).decode("utf-8", "replace") or "not made: no answer"
+    finally:
+        os.close(read_end)
+
+
 def lay_down(module):
     """Returns whether anything changed, the labels of the labelled items that did, the diffs and the backups."""
     check = module.check_mode
-    changed, changed_items, diffs, backups, enabled = False, [], [], {}, []
+    changed, changed_items, diffs, backups, enabled, created_items = False, [], [], {}, [], []
     units_changed = False
 
-    def note(spec):
+    def note(spec, created=False):
         nonlocal changed
         changed = True
         if spec.get("label"):
             changed_items.append(spec["label"])
+            if created:
+                created_items.append(spec["label"])
 
     for spec in module.params["directories"]:
         path = spec["path"]
         if not os.path.isdir(path):
-            note(spec)
+            note(spec, created=True)
             diffs.append({"before_header": path, "after_header": path, "before": {"path": path, "state": "absent"},
                           "after": {"path": path, "state": "directory"}})
             if not check:
@@ -165,7 +255,7 @@ def lay_down(module):
         content_differs = before != content
         if not content_differs and not attributes_differ(path, spec.get("owner"), spec.get("group"), spec.get("mode")):
             continue
-        note(spec)
+        note(spec, created=before is None and not os.path.lexists(path))
         units_changed |= path.startswith(UNIT_DIR)
         if content_differs:
             diffs.append({"before_header": path, "after_header": path, "before": before or "", "after": content})
@@ -205,7 +295,16 @@ def lay_down(module):
             rc, dummy, err = module.run_command([systemctl, "enable", unit])
             if rc != 0:
                 module.fail_json(msg=f"systemctl enable {unit} failed: {err.strip()}", changed_items=changed_items)
-    return changed, changed_items, diffs, backups, enabled
+    for spec in module.params["data_directories"]:
+        path = spec["path"]
+        answer = in_child(look_at_data_directory, module.params["data_timeout"], path, check)
+        if answer == "made":
+            note(spec, created=True)
+            diffs.append({"before_header": path, "after_header": path, "before": {"path": path, "state": "absent"},
+                          "after": {"path": path, "state": "directory"}})
+        elif answer != "there":
+            module.warn(f"{spec.get('label') or path} {path}: {answer}")
+    return changed, changed_items, diffs, backups, enabled, created_items
 
 
 def main():
@@ -215,14 +314,16 @@ def main():
             "files": {"type": "list", "elements": "dict", "default": []},
             "absent": {"type": "list", "elements": "str", "default": []},
             "enable_units": {"type": "list", "elements": "str", "default": []},
+            "data_directories": {"type": "list", "elements": "dict", "default": []},
+            "data_timeout": {"type": "int", "default": 15},
         },
         supports_check_mode=True,
     )
     try:
-        changed, changed_items, diffs, backups, enabled = lay_down(module)
+        changed, changed_items, diffs, backups, enabled, created_items = lay_down(module)
     except (OSError, KeyError, ValueError) as exc:
         module.fail_json(msg=f"could not lay down the files: {exc}")
-    result = {"changed": changed, "changed_items": changed_items, "backups": backups, "enabled": enabled}
+    result = {"changed": changed, "changed_items": changed_items, "backups": backups, "enabled": enabled, "created_items": created_items}
     if module._diff and diffs:
         result["diff"] = diffs
     module.exit_json(**result)

@@ -58,7 +58,8 @@ def test_a_deploy_makes_the_servers_l3_directory_again_only_where_the_tier_is_th
     facts = {"systemd": True, "tools": {}, "files": {}, "backups": {}}
 
     def directories(d, facts):
-        return as_fact(sglang_server.server_plan(d, facts=facts))["directories"]
+        plan = as_fact(sglang_server.server_plan(d, facts=facts))
+        return plan["directories"] + plan["data_directories"]
 
     local = deployment("local")
     [cfg] = directories(local, None)  # no host read (render, plan without a host): the config directory alone
@@ -75,3 +76,45 @@ def test_a_deploy_makes_the_servers_l3_directory_again_only_where_the_tier_is_th
     unmounted = "\n".join(line for line in mounted.splitlines() if " /mnt/kvcache-2ports " not in line)
     assert len(directories(vast, {**facts, "mountinfo": unmounted})) == 1  # never on the disk beneath the mount point
     assert "L3 namespace directory" not in as_fact(sglang_server.server_plan(vast, facts={**facts, "mountinfo": mounted}))["restart_items"]
+
+
+def test_hicache_files_makes_a_data_directory_only_under_mounted_fstab_mounts_and_never_hangs(tmp_path):
+    """The helper audit of the step above: a local tier on the operator's own mount (Weka, Lustre, NFS) has no
+    mountinfo check in the plan, the plan's facts can be older than the mount, and a hard NFS mount whose server does
+    not answer would hang the launch files' step. hicache_files decides on the host, at the time, in a child."""
+    files = load_plugin("plugins/modules/hicache_files.py")
+    fstab = "# a comment /mnt/x\nUUID=1 / ext4 defaults 0 1\nsrv:/kv /mnt/kv\\040tier nfs rw 0 0\n/dev/sdb1 /data xfs defaults 0 2\n"
+    assert files.fstab_mount_points(fstab) == ["/", "/mnt/kv tier", "/data"]
+    mounted = {"/data"}
+    assert files.unmounted_above("/mnt/kv tier/ns", fstab, ismount=mounted.__contains__) == ["/mnt/kv tier"]
+    assert files.unmounted_above("/data/l3/ns", fstab, ismount=mounted.__contains__) == []
+    assert files.unmounted_above("/data/ns", fstab, ismount=mounted.__contains__) == []  # its parent is the mount point
+    assert files.unmounted_above("/database/ns", fstab, ismount=set().__contains__) == []  # /data is no parent of it
+    assert files.unmounted_above("/data/l3/ns", fstab, ismount=set().__contains__) == ["/data"]
+
+    table = tmp_path / "fstab"
+    table.write_text("UUID=1 / ext4 defaults 0 1\n")
+    tier = tmp_path / "tier"
+    assert files.look_at_data_directory(str(tier / "ns"), False, str(table)).startswith("not made: ")  # no parent: not made
+    assert not tier.exists()
+    tier.mkdir()
+    assert files.look_at_data_directory(str(tier / "ns"), True, str(table)) == "made" and not (tier / "ns").exists()  # check mode
+    old = os.umask(0o077)  # a hardened login session: the directory still gets what systemd's serve.sh would give it
+    try:
+        assert files.in_child(files.look_at_data_directory, 10, str(tier / "ns"), False, str(table)) == "made"
+    finally:
+        os.umask(old)
+    assert oct((tier / "ns").stat().st_mode & 0o777) == "0o755"
+    assert files.look_at_data_directory(str(tier / "ns"), False, str(table)) == "there"
+    table.write_text(f"srv:/kv {tier} nfs rw 0 0\n")  # the tier is an fstab mount that is not mounted here
+    assert "is not mounted" in files.look_at_data_directory(str(tier / "other"), False, str(table))
+    assert not (tier / "other").exists()
+
+    import time
+
+    def hangs(path, *_):
+        time.sleep(30)
+        return "made"
+    started = time.monotonic()
+    answer = files.in_child(hangs, 1, "/mnt/kv/ns")
+    assert answer == "not made: /mnt/kv/ns did not answer within 1 s (its storage unreachable?)" and time.monotonic() - started < 10
