@@ -237,3 +237,14 @@ def test_a_tier_budget_keeps_every_namespace_within_its_share(shared):
     for h in shared.hosts:
         journal = shared.ssh(h, "journalctl -o cat --no-pager | grep -c 'L3 CLEAR REQUESTED' || true").stdout.strip()
         assert journal == "0", f"{h} was sent SGLang's L3 clear"
+
+    # The budget dropped in a run that also restarts the collector's own server (another --max-running-requests): the
+    # collector goes in that same run. A restart made the run forget every file the host facts had read, the
+    # collector's config among them, so the collector stayed until the next deploy (helper audit of #34's work).
+    unbudgeted = inventory(shared, "shared-unbudgeted", per_host={third: {"hicache_model_path": "/models/qwen3-8b"},
+                                                                  first: {"hicache_max_running_requests": 3}})
+    before = shared.ssh(first, "systemctl show --property=MainPID --value sglang-hicache.service").stdout.strip()
+    deploy(unbudgeted, limit=first)
+    assert shared.ssh(first, "systemctl show --property=MainPID --value sglang-hicache.service").stdout.strip() != before  # restarted
+    assert shared.ssh(first, "systemctl is-enabled hicache-l3-collector.timer").stdout.strip() in ("not-found", "")
+    assert shared.ssh(first, f"test -e {l3_collector.CONFIG_FILE}").returncode == 1
