@@ -102,6 +102,7 @@ created_items:
 import grp  # noqa: E402 (imports below the documentation, as ansible-test's validate-modules wants)
 import os  # noqa: E402
 import pwd  # noqa: E402
+import re  # noqa: E402
 import signal  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -156,57 +157,90 @@ def write_atomically(module, path, content):
     module.atomic_move(temporary, path)
 
 
+def unescape_mount_path(field):
+    """A path as fstab and mountinfo write it: octal escapes (\\040 a space, \\011 a tab, \\134 a backslash) decoded."""
+    return re.sub(r"\\([0-7]{3})", lambda found: chr(int(found.group(1), 8)), field)
+
+
 def fstab_mount_points(text):
-    """The mount points /etc/fstab lists (its second field; \\040 is a space)."""
+    """The mount points /etc/fstab lists (its second field; swap and 'none' are no mount points)."""
     points = []
     for line in text.splitlines():
         fields = line.split()
         if len(fields) >= 2 and not fields[0].startswith("#") and fields[1].startswith("/"):
-            points.append(fields[1].replace("\\040", " ").rstrip("/") or "/")
+            points.append(os.path.normpath(unescape_mount_path(fields[1])))
     return points
 
 
-def unmounted_above(path, fstab_text, ismount=os.path.ismount):
-    """The mount points /etc/fstab lists at or above `path`'s parent that are not mounted now (the root aside)."""
-    parent = os.path.dirname(path.rstrip("/"))
+def mountinfo_points(text):
+    """The mount points /proc/self/mountinfo lists now (its fifth field): bind mounts included, subvolumes not."""
+    return {os.path.normpath(unescape_mount_path(line.split()[4])) for line in text.splitlines() if len(line.split()) > 4}
+
+
+def unmounted_above(path, fstab_text, mounted):
+    """The mount points /etc/fstab lists at or above `path` (itself included; the root aside) that are not among the
+    `mounted` mount points now."""
+    path = os.path.normpath(path)
     return [point for point in fstab_mount_points(fstab_text)
-            if point != "/" and (parent == point or parent.startswith(point + "/")) and not ismount(point)]
+            if point != "/" and (path == point or path.startswith(point + "/")) and point not in mounted]
 
 
-def look_at_data_directory(path, check, fstab="/etc/fstab"):
+def read_or_empty(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:  # no fstab: no mount of it to wait for
+        return ""
+
+
+def look_at_data_directory(path, check, fstab="/etc/fstab", mountinfo="/proc/self/mountinfo"):
     """'there', 'made' (in check mode: would be), or 'not made: why' (see data_directories)."""
     if os.path.isdir(path):
         return "there"
-    try:
-        with open(fstab, encoding="utf-8", errors="replace") as handle:
-            table = handle.read()
-    except OSError:
-        table = ""
-    missing = unmounted_above(path, table)
+    missing = unmounted_above(path, read_or_empty(fstab), mountinfo_points(read_or_empty(mountinfo)))
     if missing:
         return f"not made: {', '.join(missing)} (in /etc/fstab) is not mounted"
-    parent = os.path.dirname(path.rstrip("/"))
+    if os.path.lexists(path):
+        return f"not made: {path} is there and is not a directory"
+    parent = os.path.dirname(os.path.normpath(path))
     if not os.path.isdir(parent):
         return f"not made: {parent} does not exist"
-    if not check:
-        os.umask(0o022)  # as systemd runs serve.sh's mkdir -p, whatever the login session's umask
-        os.mkdir(path)
+    if check:
+        return "made" if os.access(parent, os.W_OK) else f"not made: {parent} is not writable"
+    os.umask(0o022)  # as systemd runs serve.sh's mkdir -p, whatever the login session's umask
+    os.mkdir(path)
     return "made"
 
 
 def in_child(function, timeout, *args):
     """function(*args)'s answer (a short text), computed in a forked child given `timeout` seconds: a child blocked on
-    a hung mount is killed (NFS waits are killable) and left to init, and the answer says so."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: answer and leave at once, running nothing of the parent's on the way out
+    a hung mount is killed (NFS waits are killable) and left to init, and the answer says so. The child holds none of
+    the module's output (its 0, 1 and 2 are /dev/null), so even one that cannot be killed keeps no run waiting."""
+    try:
+        read_end, write_end = os.pipe()
+    except OSError as exc:
+        return f"not made: {exc}"
+    try:
+        pid = os.fork()
+    except OSError as exc:
         os.close(read_end)
+        os.close(write_end)
+        return f"not made: {exc}"
+    if pid == 0:  # the child: answer and leave at once, running nothing of the parent's on the way out
+        answer = "not made: no answer"
         try:
+            os.close(read_end)
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
             answer = function(*args)
-        except OSError as exc:
+        except (OSError, ValueError, TypeError) as exc:  # anything else: "no answer", and the finally still leaves
             answer = f"not made: {exc}"
-        os.write(write_end, answer.encode("utf-8", "replace")[:4000])
-        os._exit(0)
+        finally:
+            try:
+                os.write(write_end, str(answer).encode("utf-8", "replace")[:4000])
+            finally:
+                os._exit(0)
     os.close(write_end)
     deadline = time.monotonic() + timeout
     try:
@@ -214,7 +248,8 @@ def in_child(function, timeout, *args):
             if time.monotonic() > deadline:
                 os.kill(pid, signal.SIGKILL)
                 time.sleep(0.1)
-                os.waitpid(pid, os.WNOHANG)  # reaped when it died at once; else init reaps it once the mount answers
+                if os.waitpid(pid, os.WNOHANG)[0] and (late := os.read(read_end, 8192).decode("utf-8", "replace")):
+                    return late  # it answered as the time ran out
                 return f"not made: {args[0]} did not answer within {timeout} s (its storage unreachable?)"
             time.sleep(0.02)
         return os.read(read_end, 8192).decode("utf-8", "replace") or "not made: no answer"

@@ -242,15 +242,24 @@ def test_a_run_whose_lock_file_is_removed_while_held_stops_before_the_next_page(
     monkeypatch.setattr(collect, "remove", real_remove)
     fd = os.open(root / collect.LOCK_NAME, os.O_RDWR | os.O_CREAT)
     try:
-        assert collect._still_held(fd, str(root / collect.LOCK_NAME))
+        held = (os.fstat(fd).st_dev, os.fstat(fd).st_ino)
+        assert collect._still_held(held, str(root / collect.LOCK_NAME))
         os.rename(root / collect.LOCK_NAME, root / "old")
         (root / collect.LOCK_NAME).write_text("another collector\n")
-        assert not collect._still_held(fd, str(root / collect.LOCK_NAME))
+        assert not collect._still_held(held, str(root / collect.LOCK_NAME))
     finally:
         os.close(fd)
+    # said where an operator looks: the state's counter for Prometheus, and the program's exit status (a failed unit)
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert state["lost_lock_runs"] == 1, state
+    assert 'hicache_l3_collector_lost_lock_runs_total{tier="t"} 1' in collect.metrics_text("t", state, 0.5)
     # and an undisturbed run removes every chosen page
     whole = collect.collect(config(root, {"a": {"share_pct": None}}, budget=1), out=lambda _: None)
     assert whole["lost_lock"] is False and whole["removed"]["a"]["pages"] == 2 and not pages_left(root)
+    assert json.loads((tmp_path / "state.json").read_text())["lost_lock_runs"] == 1  # counted once, not reset
+    (tmp_path / "c.json").write_text(json.dumps(config(root, {"a": {"share_pct": None}}, budget=1)))
+    monkeypatch.setattr(collect, "collect", lambda *a, **k: {"lost_lock": True})
+    assert collect.main(["--config", str(tmp_path / "c.json")]) == 2
 
 
 # --- who collects, and the inventory's rules ---------------------------------------------------------------------

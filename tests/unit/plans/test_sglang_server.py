@@ -83,38 +83,56 @@ def test_hicache_files_makes_a_data_directory_only_under_mounted_fstab_mounts_an
     mountinfo check in the plan, the plan's facts can be older than the mount, and a hard NFS mount whose server does
     not answer would hang the launch files' step. hicache_files decides on the host, at the time, in a child."""
     files = load_plugin("plugins/modules/hicache_files.py")
-    fstab = "# a comment /mnt/x\nUUID=1 / ext4 defaults 0 1\nsrv:/kv /mnt/kv\\040tier nfs rw 0 0\n/dev/sdb1 /data xfs defaults 0 2\n"
-    assert files.fstab_mount_points(fstab) == ["/", "/mnt/kv tier", "/data"]
-    mounted = {"/data"}
-    assert files.unmounted_above("/mnt/kv tier/ns", fstab, ismount=mounted.__contains__) == ["/mnt/kv tier"]
-    assert files.unmounted_above("/data/l3/ns", fstab, ismount=mounted.__contains__) == []
-    assert files.unmounted_above("/data/ns", fstab, ismount=mounted.__contains__) == []  # its parent is the mount point
-    assert files.unmounted_above("/database/ns", fstab, ismount=set().__contains__) == []  # /data is no parent of it
-    assert files.unmounted_above("/data/l3/ns", fstab, ismount=set().__contains__) == ["/data"]
+    fstab = ("# a comment /mnt/x\nUUID=1 / ext4 defaults 0 1\nsrv:/kv /mnt/kv\\040tier nfs rw 0 0\n/dev/sdb1 /data// xfs defaults 0 2\n"
+             "/dev/sdc1 none swap sw 0 0\nsrv:/t /mnt/tab\\011x nfs rw 0 0\n")
+    assert files.fstab_mount_points(fstab) == ["/", "/mnt/kv tier", "/data", "/mnt/tab\tx"]
+    mounted = {"/", "/data"}
+    assert files.unmounted_above("/mnt/kv tier/ns", fstab, mounted) == ["/mnt/kv tier"]
+    assert files.unmounted_above("/data/l3/ns", fstab, mounted) == []
+    assert files.unmounted_above("/data//l3/ns/", fstab, mounted) == []
+    assert files.unmounted_above("/database/ns", fstab, set()) == []  # /data is no parent of it
+    assert files.unmounted_above("/data/l3/ns", fstab, {"/"}) == ["/data"]
+    assert files.unmounted_above("/data", fstab, {"/"}) == ["/data"]  # the directory itself an unmounted mount point
+    assert files.mountinfo_points("36 35 98:0 / /mnt/kv\\040tier rw,noatime master:1 - nfs srv:/kv rw\n") == {"/mnt/kv tier"}
 
-    table = tmp_path / "fstab"
+    table, info = tmp_path / "fstab", tmp_path / "mountinfo"
     table.write_text("UUID=1 / ext4 defaults 0 1\n")
+    info.write_text("22 1 8:1 / / rw - ext4 /dev/sda1 rw\n")
     tier = tmp_path / "tier"
-    assert files.look_at_data_directory(str(tier / "ns"), False, str(table)).startswith("not made: ")  # no parent: not made
-    assert not tier.exists()
+
+    def look(name, check=False):
+        return files.look_at_data_directory(str(tier / name), check, str(table), str(info))
+    assert look("ns").startswith("not made: ") and not tier.exists()  # no parent: not made
     tier.mkdir()
-    assert files.look_at_data_directory(str(tier / "ns"), True, str(table)) == "made" and not (tier / "ns").exists()  # check mode
+    assert look("ns", check=True) == "made" and not (tier / "ns").exists()  # check mode
+    (tier / "file").write_text("x")
+    assert look("file", check=True) == look("file") == f"not made: {tier / 'file'} is there and is not a directory"
     old = os.umask(0o077)  # a hardened login session: the directory still gets what systemd's serve.sh would give it
     try:
-        assert files.in_child(files.look_at_data_directory, 10, str(tier / "ns"), False, str(table)) == "made"
+        assert files.in_child(files.look_at_data_directory, 10, str(tier / "ns"), False, str(table), str(info)) == "made"
     finally:
         os.umask(old)
     assert oct((tier / "ns").stat().st_mode & 0o777) == "0o755"
-    assert files.look_at_data_directory(str(tier / "ns"), False, str(table)) == "there"
+    assert look("ns") == "there"
     table.write_text(f"srv:/kv {tier} nfs rw 0 0\n")  # the tier is an fstab mount that is not mounted here
-    assert "is not mounted" in files.look_at_data_directory(str(tier / "other"), False, str(table))
-    assert not (tier / "other").exists()
+    assert "is not mounted" in look("other") and not (tier / "other").exists()
+    info.write_text(info.read_text() + f"40 22 0:50 / {tier} rw - nfs srv:/kv rw\n")  # mounted now
+    assert look("other") == "made" and (tier / "other").is_dir()
 
     import time
 
     def hangs(path, *_):
         time.sleep(30)
         return "made"
+
+    def breaks(path):
+        raise ValueError("embedded null byte")
+
+    def shouts(path):
+        print("to the module's stdout")  # the child's 1 is /dev/null: nothing reaches Ansible's reading of the result
+        raise KeyError(path)
     started = time.monotonic()
     answer = files.in_child(hangs, 1, "/mnt/kv/ns")
     assert answer == "not made: /mnt/kv/ns did not answer within 1 s (its storage unreachable?)" and time.monotonic() - started < 10
+    assert files.in_child(breaks, 5, "/x") == "not made: embedded null byte"
+    assert files.in_child(shouts, 5, "/x") == "not made: no answer"  # the parent goes on; the child never returns into it
