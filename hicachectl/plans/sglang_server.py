@@ -178,6 +178,8 @@ class ServerPlan:
     # The server's L3 directory where it may be made now (l3_directory), in the same step as a data directory: last,
     # as serve.sh makes it, never beneath an unmounted fstab mount, never hanging on a hung one (hicache_files).
     data_directories: list[dict[str, Any]]
+    # deployed.json and installed.json: the host facts' copies a restart makes stale (restart.yml, the io_uring fallback)
+    records: list[str]
     # The secret files this config has none of (removed: an old secret does not stay on the host), and the backups an
     # earlier release left of files it wrote (stale_backups), removed in the same step.
     absent_secret_files: list[str]
@@ -277,6 +279,7 @@ def server_plan(d: Deployment, uring_fallback: bool = False, facts: dict[str, An
         unit={"name": unit.name, "content": unit.content},
         directories=[{"path": d.cfg_dir, "owner": "root", "group": "root", "mode": "0755", "label": "config directory"}],
         data_directories=[{"path": ns_dir, "label": "L3 namespace directory"}] if (ns_dir := l3_directory(d, facts)) else [],
+        records=[f"{d.cfg_dir}/{DEPLOYED}", f"{d.cfg_dir}/{INSTALLED}"],
         health_url=f"http://{d.local_host}:{d.effective_port}/health",
         health_timeout=d.health_timeout,
         runtime=runtime,

@@ -76,6 +76,8 @@ def test_a_deploy_makes_the_servers_l3_directory_again_only_where_the_tier_is_th
     unmounted = "\n".join(line for line in mounted.splitlines() if " /mnt/kvcache-2ports " not in line)
     assert len(directories(vast, {**facts, "mountinfo": unmounted})) == 1  # never on the disk beneath the mount point
     assert "L3 namespace directory" not in as_fact(sglang_server.server_plan(vast, facts={**facts, "mountinfo": mounted}))["restart_items"]
+    # the two records a restart makes stale in the host facts (restart.yml and the io_uring fallback forget them)
+    assert as_fact(sglang_server.server_plan(vast, facts=facts))["records"] == [f"{vast.cfg_dir}/deployed.json", f"{vast.cfg_dir}/installed.json"]
 
 
 def test_hicache_files_makes_a_data_directory_only_under_mounted_fstab_mounts_and_never_hangs(tmp_path):
