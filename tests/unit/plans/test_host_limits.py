@@ -58,10 +58,10 @@ def test_leaving_docker_removes_the_memlock_drop_ins_it_had_and_render_names_the
     for d in (deployment("vast", container_runtime="podman"), dataclasses.replace(deployment("vast"), container_runtime="none")):
         plan = host_limits.limits_plan(d)
         assert plan.absent == dropins, d.container_runtime
-        assert list(as_fact(plan)["absent"]) == list(dropins)  # what roles/host_limits/tasks/apply.yml hands hicache_files
+        assert list(as_fact(plan)["absent"]) == list(dropins)  # what roles/host_limits/tasks/converge.yml hands hicache_files
         removed = host_files.server_host_files(d).removed
         assert [path for role, path in removed if role == "host_limits"] == list(dropins), d.container_runtime
-    apply = yaml.safe_load((ROOT / "roles/host_limits/tasks/apply.yml").read_text())
+    apply = yaml.safe_load((ROOT / "roles/host_limits/tasks/converge.yml").read_text())
     calls = [t["hicache.deploy.hicache_files"] for block in apply if "block" in block for t in block["block"] if "hicache.deploy.hicache_files" in t]
     assert calls and calls[0]["absent"] == "{{ __hicache_limits.absent }}"
 
@@ -72,7 +72,7 @@ def test_a_number_of_kib_is_bytes_in_proc_limits_and_in_systemd():
 
 
 def test_the_runtime_units_findings_are_judged_once_for_the_check_and_the_restart():
-    """apply.yml restarts the `stale` units; checks.yml reports every finding: both read host_limits.runtime_unit_findings."""
+    """converge.yml restarts the `stale` units; checks.yml reports every finding: both read host_limits.runtime_unit_findings."""
     plan = as_fact(host_limits.limits_plan(deployment("vast", container_runtime="docker", limits_memlock="unlimited",
                                                       limits_restart_runtime=True)))
     def unit(load, pid, configured, soft="", hard=""):
