@@ -196,7 +196,7 @@ def server_host_files(d: Deployment, fleet=None) -> HostChanges:
         rendered = texts[f.name]
         out.append(HostFile("sglang_server", f"{server.cfg_dir.rstrip('/')}/{f.name}", rendered.content, f.mode, f.secret, rendered.masked))
     out.append(HostFile("sglang_server", f"{SYSTEMD_DIR}/{server.unit['name']}", server.unit["content"], "0644"))
-    kept = [Kept("sglang_server", f"{server.cfg_dir.rstrip('/')}/{server.deployed_name}",
+    kept = [Kept("sglang_server", server.running_record,
                  "the record of the config and image the server last became healthy with (written after each healthy start; "
                  "status, upgrade and rollback read it)"),
             Kept("sglang_server", f"{server.previous_dir}/",

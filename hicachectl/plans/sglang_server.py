@@ -4,6 +4,7 @@ running here. The CLI and the Ansible filter both call this."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import functools
 import hashlib
@@ -131,6 +132,14 @@ def files(d: Deployment) -> list[RenderedFile]:
 # installed.json describes the files in cfg/; the role copies it to deployed.json only once a server started
 # with them and answered /health, so deployed.json always describes what runs (status, rollback read it).
 INSTALLED, DEPLOYED = "installed.json", "deployed.json"
+
+
+def record_paths(d: Deployment) -> tuple[str, str]:
+    """deployed.json and installed.json in the host's config directory: where the role writes them, the host facts read
+    them, and every reader (status, rollback, a downgrade's judgement) looks for them."""
+    return posixpath.join(d.cfg_dir, DEPLOYED), posixpath.join(d.cfg_dir, INSTALLED)
+
+
 RENDERED_BY = "Rendered by hicache-deploy"  # the first lines of every file the templates render (templates/*.j2)
 
 
@@ -169,7 +178,14 @@ class ServerPlan:
     cfg_dir: str
     previous_dir: str
     deployed: dict[str, Any]  # what deployed.json records once the server is healthy with these files
-    deployed_name: str
+    # deployed.json (the config the server runs: written once it is healthy with it) and installed.json (the config cfg/
+    # holds), by path; `records` is both: the host facts' copies a restart makes stale (restart.yml, the io_uring fallback).
+    running_record: str
+    installed_record: str
+    # Each as the host facts read it, in slurp's shape ({'content': base64} when the file is there, {} when it is not),
+    # or None where the facts did not read it (facts read by another role with other variables): converge.yml reads it then.
+    running: dict[str, str] | None
+    installed: dict[str, str] | None
     files: list[ServerFile]
     # What hicache_files writes in one step: every file without a secret. Backed up only over files this toolkit did not
     # write (no installed.json of ours yet: first_install): after that, cfg.previous is the one previous config.
@@ -178,7 +194,6 @@ class ServerPlan:
     # The server's L3 directory where it may be made now (l3_directory), in the same step as a data directory: last,
     # as serve.sh makes it, never beneath an unmounted fstab mount, never hanging on a hung one (hicache_files).
     data_directories: list[dict[str, Any]]
-    # deployed.json and installed.json: the host facts' copies a restart makes stale (restart.yml, the io_uring fallback)
     records: list[str]
     # The secret files this config has none of (removed: an old secret does not stay on the host), and the backups an
     # earlier release left of files it wrote (stale_backups), removed in the same step.
@@ -229,7 +244,7 @@ def first_install(d: Deployment, facts: dict[str, Any] | None) -> bool:
     """Whether cfg/ may hold files this toolkit did not write (an operator's own start.sh, kept as a backup when
     replaced): true unless the host facts read our installed.json there. Without that read (no facts, or facts that
     did not read the file) it is taken as true, so nothing of the operator's is lost."""
-    return not ((facts or {}).get("files") or {}).get(f"{d.cfg_dir}/{INSTALLED}")
+    return not ((facts or {}).get("files") or {}).get(record_paths(d)[1])
 
 
 def l3_directory(d: Deployment, facts: dict[str, Any] | None) -> str | None:
@@ -247,6 +262,16 @@ def l3_directory(d: Deployment, facts: dict[str, Any] | None) -> str | None:
     return where
 
 
+def as_read(facts: dict[str, Any] | None, path: str) -> dict[str, str] | None:
+    """A file as the host facts read it, in slurp's shape: {'content': its text in base64} when it is there, {} when it is
+    not, None when the facts did not read it (or there are none)."""
+    read = (facts or {}).get("files") or {}
+    if path not in read:
+        return None
+    text = read[path]
+    return {"content": base64.b64encode(str(text).encode()).decode()} if isinstance(text, str) else {}
+
+
 def with_uring_fallback(d: Deployment, uring_fallback: bool):
     """The deployment as the server runs it: NIXL's POSIX plugin on POSIX AIO where io_uring failed on this host."""
     return launch.uring_fallback(d) if uring_fallback and uses_uring(d) else d
@@ -258,6 +283,7 @@ def server_plan(d: Deployment, uring_fallback: bool = False, facts: dict[str, An
     rendered = files(d)
     unit = next(f for f in rendered if f.name == unit_name(d))
     runtime = d.container_runtime if launch.in_container(d) else None
+    running_record, installed_record = record_paths(d)
     cannot_run = ""
     if facts is not None:
         if not facts.get("systemd"):
@@ -268,7 +294,10 @@ def server_plan(d: Deployment, uring_fallback: bool = False, facts: dict[str, An
         cfg_dir=d.cfg_dir,
         previous_dir=d.cfg_dir.rstrip("/") + ".previous",
         deployed=json.loads(next(f.content for f in rendered if f.name == INSTALLED)),
-        deployed_name=DEPLOYED,
+        running_record=running_record,
+        installed_record=installed_record,
+        running=as_read(facts, running_record),
+        installed=as_read(facts, installed_record),
         uring_marker=URING_MARKER,
         files=[ServerFile(f.name, f.shown, f.mode, f.secret) for f in rendered],
         public_files=[{"path": f"{d.cfg_dir}/{f.name}", "content": f.content, "mode": f.mode, "owner": "root", "group": "root", "backup": first_install(d, facts),
@@ -279,7 +308,7 @@ def server_plan(d: Deployment, uring_fallback: bool = False, facts: dict[str, An
         unit={"name": unit.name, "content": unit.content},
         directories=[{"path": d.cfg_dir, "owner": "root", "group": "root", "mode": "0755", "label": "config directory"}],
         data_directories=[{"path": ns_dir, "label": "L3 namespace directory"}] if (ns_dir := l3_directory(d, facts)) else [],
-        records=[f"{d.cfg_dir}/{DEPLOYED}", f"{d.cfg_dir}/{INSTALLED}"],
+        records=[running_record, installed_record],
         health_url=f"http://{d.local_host}:{d.effective_port}/health",
         health_timeout=d.health_timeout,
         runtime=runtime,

@@ -103,7 +103,7 @@ def hicache_host_reads(hostvars, host):
     reads = {"files": [storage.SYSCTL_FILE, storage.OLD_SUNRPC_MODPROBE_FILE], "units": [], "backups_of": [], "backup_marker": sglang_server.RENDERED_BY}
     server, findings = rules.check_host(host, variables, "sglang_server")
     if not rules.has_errors(findings):
-        reads["files"] += [f"{server.cfg_dir}/{sglang_server.DEPLOYED}", f"{server.cfg_dir}/{sglang_server.INSTALLED}", l3_collector.CONFIG_FILE]
+        reads["files"] += [*sglang_server.record_paths(server), l3_collector.CONFIG_FILE]
         reads["backups_of"] = sglang_server.backed_up_files(server)  # what an earlier release left (sglang_server.stale_backups)
     limited, findings = rules.check_host(host, variables, "host_limits")
     if not rules.has_errors(findings) and host_limits.runtime_service(limited):

@@ -62,7 +62,7 @@ def hicache_downgrade(variables, host, facts):
     deployment, findings = rules.check_host(host, hicache)
     if deployment is None or rules.has_errors(findings):
         return ""
-    text = ((facts or {}).get("files") or {}).get(f"{deployment.cfg_dir}/{sglang_server.DEPLOYED}")
+    text = ((facts or {}).get("files") or {}).get(sglang_server.record_paths(deployment)[0])
     try:
         running = json.loads(text) if isinstance(text, str) and text.strip() else None
     except ValueError:  # a damaged record: the restart tasks replace it; no claim about it here

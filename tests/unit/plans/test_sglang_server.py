@@ -138,3 +138,26 @@ def test_hicache_files_makes_a_data_directory_only_under_mounted_fstab_mounts_an
     assert answer == "not made: /mnt/kv/ns did not answer within 1 s (its storage unreachable?)" and time.monotonic() - started < 10
     assert files.in_child(breaks, 5, "/x") == "not made: embedded null byte"
     assert files.in_child(shouts, 5, "/x") == "not made: no answer"  # the parent goes on; the child never returns into it
+
+
+def test_the_records_are_named_once_and_carried_as_the_host_facts_read_them():
+    """deployed.json and installed.json by path in one place (record_paths): the role writes them there, the host facts
+    read them there (hicache_host_reads), and the plan carries each as read, in slurp's shape, so the role needs no step
+    of its own to keep them; None where the facts did not read one, which converge.yml then reads itself."""
+    import base64
+
+    filters = load_plugin("plugins/filter/hicache.py")
+    for d in (deployment("vast"), deployment("local", cfg_dir="/srv/hicache/cfg/")):  # a trailing slash: one path still
+        running, installed = sglang_server.record_paths(d)
+        assert running.endswith("/deployed.json") and installed.endswith("/installed.json") and "//" not in running + installed
+        variables = {k: v for k, v in d.as_vars().items() if v is not None}
+        reads = filters.hicache_host_reads(variables, "h")["files"]
+        assert running in reads and installed in reads
+        text = '{"config_hash": "ab"}\n'
+        plan = as_fact(sglang_server.server_plan(d, facts={"systemd": True, "files": {running: text, installed: None}}))
+        assert (plan["running_record"], plan["installed_record"]) == (running, installed) and plan["records"] == [running, installed]
+        assert base64.b64decode(plan["running"]["content"]).decode() == text and plan["installed"] == {}
+        assert as_fact(sglang_server.server_plan(d, facts={"systemd": True, "files": {}}))["running"] is None
+        assert as_fact(sglang_server.server_plan(d))["installed"] is None
+        # status and the downgrade's judgement read the same path
+        assert filters.hicache_files(variables, "h")["running_record"] == running
