@@ -69,7 +69,7 @@ def image_refusals(deployments: dict, image: str) -> list:
 
 
 def _downgrade_vars(allow_downgrade: bool) -> dict:
-    """What tells the roles that a downgrade is asked for (roles/sglang_image/tasks/apply.yml)."""
+    """What tells the roles that a downgrade is asked for (roles/sglang_image/tasks/downgrade.yml)."""
     return {"__hicache_allow_downgrade": True} if allow_downgrade else {}
 
 

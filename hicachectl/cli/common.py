@@ -235,7 +235,7 @@ def host_reason(h) -> str:
     return "; ".join(host_reasons(h))
 
 
-# What a dry run found that deploy would refuse on a host (roles/sglang_image/tasks/apply.yml sets it in check mode).
+# What a dry run found that deploy would refuse on a host (roles/sglang_image/tasks/downgrade.yml sets it in check mode).
 REFUSAL_FACT = "hicache_refusal"
 
 

@@ -86,7 +86,7 @@ class HostChanges:
 
 
 def runtime_tool_files(d: Deployment) -> list[ToolFile]:
-    """What roles/container_runtime/tasks/apply.yml has the NVIDIA Container Toolkit write, per runtime (only where the
+    """What roles/container_runtime/tasks/gpu_<runtime>.yml has the NVIDIA Container Toolkit write, per runtime (only where the
     runtime and nvidia-ctk are installed; tests/test_render.py holds these commands to the role's tasks)."""
     runtime = container_runtime.runtime_plan(d).runtime
     if runtime == "docker":
@@ -99,7 +99,7 @@ def runtime_tool_files(d: Deployment) -> list[ToolFile]:
 
 
 def nic_program_text() -> str:
-    """The NIC program as roles/nic_tuning/tasks/apply.yml installs it: the role's file through lookup('ansible.builtin.file'),
+    """The NIC program as roles/nic_tuning/tasks/converge.yml installs it: the role's file through lookup('ansible.builtin.file'),
     which strips trailing whitespace (its rstrip option, on by default: ansible/plugins/lookup/file.py), then the task's newline."""
     return (ROLES / "nic_tuning" / "files" / "hicache-nic-tuning").read_text().rstrip() + "\n"
 
@@ -110,7 +110,7 @@ def fstab_block(line: str) -> str:
 
 
 def _nic_files(nic) -> list[HostFile]:
-    """roles/nic_tuning/tasks/apply.yml's files: the program, its desired state, its boot unit (and its udev rule)."""
+    """roles/nic_tuning/tasks/converge.yml's files: the program, its desired state, its boot unit (and its udev rule)."""
     out = [HostFile("nic_tuning", nic.program, nic_program_text(), "0755"),
            HostFile("nic_tuning", nic.config_file, nic.config_text, "0644"),
            HostFile("nic_tuning", f"{SYSTEMD_DIR}/{nic.unit}", nic.unit_text, "0644")]
@@ -182,7 +182,7 @@ def server_host_files(d: Deployment, fleet=None) -> HostChanges:
     removed = [("storage", path) for path in tier.absent]
     lim = host_limits.limits_plan(d)
     removed += [("host_limits", path) for path in lim.absent]
-    if getattr(lim, "files", None):  # the plan's own list, as roles/host_limits/tasks/apply.yml hands it to hicache_files
+    if getattr(lim, "files", None):  # the plan's own list, as roles/host_limits/tasks/converge.yml hands it to hicache_files
         out += [HostFile("host_limits", f["path"], f["content"], f["mode"]) for f in lim.files]
     else:
         out.append(HostFile("host_limits", lim.limits_file, lim.limits_conf, "0644"))
