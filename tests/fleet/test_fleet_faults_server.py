@@ -110,6 +110,30 @@ def test_files_installed_without_a_restart_are_pending_restart_until_a_deploy(fl
     assert all(h["config"] == "current" and h["server_info"]["served_model_name"] == "faults-next" for h in data["hosts"].values()), data
 
 
+
+def test_a_run_that_installs_no_config_never_restarts_the_server_onto_other_files(fleet2):
+    """--skip-tags config (as --tags service): cfg/ and the unit keep the config they hold, so the server runs on as it
+    is. Before roles/sglang_server/tasks/service.yml judged the restart against the config cfg/ holds and left the unit
+    to the config step, it installed the inventory's unit and restarted each server onto the unchanged files, and
+    recorded those as running."""
+    base = {**SERVER_VARS, "hicache_strict": False}
+    first = fleet2.inventory(extra_vars=base, name="kept")
+    cli("deploy", "--inventory", str(first), check_rc=0)
+    before = cli_json("status", "--inventory", str(first))
+    changed = fleet2.inventory(extra_vars={**base, "hicache_served_model_name": "faults-other"}, name="other")
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
+    run = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(changed), "playbooks/site.yml",
+                          "--skip-tags", "config"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:]
+    recap = [line for line in run.stdout.splitlines() if line.startswith("hicache-faults-") and " : ok=" in line]
+    changed_tasks = [line for line in run.stdout.splitlines() if line.startswith(("TASK", "changed"))]
+    assert len(recap) == len(fleet2.hosts) and all(" changed=0 " in line for line in recap), "\n".join(recap + changed_tasks)
+    after = cli_json("status", "--inventory", str(first))
+    for host, state in after["hosts"].items():
+        assert state["config"] == "current" and state["server_info"]["served_model_name"] == "faults", state
+        was = before["hosts"][host]
+        assert (state["since"], state["main_pid"]) == (was["since"], was["main_pid"]), (host, was, state)  # never restarted
+
 def test_a_failed_start_releases_the_lock(fleet2):
     host = sorted(fleet2.hosts)[1]
     bad = fleet2.inventory(extra_vars={**SERVER_VARS, "hicache_strict": False, "hicache_served_model_name": "never",
