@@ -269,7 +269,7 @@ def as_read(facts: dict[str, Any] | None, path: str) -> dict[str, str] | None:
     if path not in read:
         return None
     text = read[path]
-    return {"content": base64.b64encode(str(text).encode()).decode()} if isinstance(text, str) else {}
+    return {"content": base64.b64encode(text.encode()).decode()} if isinstance(text, str) else {}
 
 
 def with_uring_fallback(d: Deployment, uring_fallback: bool):
