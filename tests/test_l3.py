@@ -360,6 +360,10 @@ def test_the_playbooks_guard_keeps_what_runs_and_holds_the_tier_of_a_server_not_
     assert set(guard["keep"]) == {old, namespace.of(deployment("a", hicache_kv_cache_dtype="fp8_e4m3"))}
     assert set(guard["hold"]) == {"a", "b"} and "not checked what b runs" in guard["hold"]["a"]
     assert guard["protect"] == ["/opt/sglang-hicache", "/opt/sglang-hicache/cfg"]
+    # what runs is read where the server role writes it (sglang_server.record_paths), a trailing slash or not
+    for cfg in ("/opt/sglang-hicache/cfg", "/srv/cfg/"):
+        variables = {**BASE, "hicache_cfg_dir": cfg}
+        assert filters.hicache_l3_running_record(variables, "a") == cfg.rstrip("/") + "/deployed.json"
 
 
 def test_the_module_holds_keeps_recent_pages_and_checks_the_form_first(tmp_path):

@@ -1,7 +1,7 @@
 # Copyright: hicache-deploy developers
 # SPDX-License-Identifier: Apache-2.0
 """The L3 namespace filters of playbooks/l3.yml (hicachectl l3): the directory a host's tier holds its
-namespaces in, the directory holding what its server runs (deployed.json), and what a removal must keep: the
+namespaces in, the record of what its server runs (deployed.json), and what a removal must keep: the
 namespaces the inventory's servers use and run, the directories never removed, and the tiers with a server not
 checked (hicachectl/ops/l3.py, hicachectl/config/namespace.py).
 
@@ -18,7 +18,7 @@ try:
     from hicachectl.config.deployment import PREFIX
     from hicachectl.config.inventory import ROUTERS, plain
     from hicachectl.ops import l3
-    from hicachectl.plans import l3_collector
+    from hicachectl.plans import l3_collector, sglang_server
 except ImportError as error:  # pragma: no cover - exercised by ansible-test's import sanity test
     CORE_MISSING = (f"hicache.deploy needs the Python package hicache-deploy on the controller (it provides hicachectl): "
                     f"pip install its wheel into the Python that runs Ansible, see COLLECTION.md ({error})")
@@ -45,9 +45,9 @@ def hicache_l3_dir(variables, host):
     return d.cache_dir
 
 
-def hicache_l3_cfg_dir(variables, host):
-    """The directory holding this server's deployed.json (hicache_cfg_dir)."""
-    return _deployment(variables, host).cfg_dir
+def hicache_l3_running_record(variables, host):
+    """This server's deployed.json: the record of what it runs (sglang_server.record_paths, where the role writes it)."""
+    return sglang_server.record_paths(_deployment(variables, host))[0]
 
 
 def _servers(all_hostvars, hosts):
@@ -108,4 +108,4 @@ def hicache_l3_in_use(all_hostvars, hosts):
 
 class FilterModule:
     def filters(self):
-        return {f.__name__: f for f in (hicache_l3_dir, hicache_l3_cfg_dir, hicache_l3_guard, hicache_l3_in_use, hicache_l3_collector)}
+        return {f.__name__: f for f in (hicache_l3_dir, hicache_l3_running_record, hicache_l3_guard, hicache_l3_in_use, hicache_l3_collector)}
