@@ -12,6 +12,8 @@ from hicachectl.plans import storage, storage_live
 
 CONFIG_FILE = "/etc/hicache/nic-tuning.json"
 PROGRAM = "/usr/local/sbin/hicache-nic-tuning"
+# The program's source in the collection, which the role installs at PROGRAM byte for byte.
+PROGRAM_SOURCE = ("roles", "nic_tuning", "files", "hicache-nic-tuning")
 UNIT = "hicache-nic-tuning.service"
 
 
@@ -176,6 +178,17 @@ def nic_plan(d: Deployment, report: dict[str, Any] | None = None) -> NicPlan:
     return NicPlan(desired=desired(d), config_file=CONFIG_FILE, config_text=config_text(d), program=PROGRAM, unit=UNIT, unit_text=unit_text(),
                    udev_rule_file=UDEV_RULE, udev_rule_text=udev_rule_text(), selection=selection(d), strict=bool(d.strict), asked=asked,
                    verdict=verdict)
+
+
+def work_pending(read: dict[str, Any] | None) -> bool:
+    """Whether the role must read the ports itself and apply what differs, the host facts' read of them (hicache_host_facts'
+    nic_read: the installed program, when it is the collection's, run as the role runs it) not settling them: no such
+    read (the program not installed, another version of it, the facts read without the role's variables), a failed
+    one, or one that found something to change."""
+    if read is None:
+        return True
+    report, failure = program_report(read)
+    return failure is not None or bool(report.get("changes"))
 
 
 def program_report(run: dict[str, Any]) -> tuple[dict[str, Any], str | None]:

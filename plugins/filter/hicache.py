@@ -6,6 +6,11 @@ ansible-core); the collection carries none of it. Without it every filter fails 
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
+import os
+
 from ansible.errors import AnsibleFilterError
 
 try:
@@ -95,12 +100,13 @@ def hicache_files(hostvars, host, uring_fallback=False, facts=None):
 
 def hicache_host_reads(hostvars, host):
     """What the host facts read besides the usual, so that no role reads the host again: the server's deployed.json
-    and installed.json, the container runtime's unit. A part the variables at hand do not define is left
+    and installed.json, the container runtime's unit, the ports as the NIC tuning program sees them. A part the variables at hand do not define is left
     out; the role that needs it reads it itself (a user's playbook may give each role only its own variables)."""
     _core()
     variables = _hicache_vars(hostvars)
     # the storage role's own sysctl.d file (storage.rp_filter_sysctls), and what an older release wrote (storage.restored_tcp_slots)
-    reads = {"files": [storage.SYSCTL_FILE, storage.OLD_SUNRPC_MODPROBE_FILE], "units": [], "backups_of": [], "backup_marker": sglang_server.RENDERED_BY}
+    reads = {"files": [storage.SYSCTL_FILE, storage.OLD_SUNRPC_MODPROBE_FILE], "units": [], "backups_of": [], "backup_marker": sglang_server.RENDERED_BY,
+             "nic_read": None}
     server, findings = rules.check_host(host, variables, "sglang_server")
     if not rules.has_errors(findings):
         reads["files"] += [*sglang_server.record_paths(server), l3_collector.CONFIG_FILE]
@@ -108,7 +114,26 @@ def hicache_host_reads(hostvars, host):
     limited, findings = rules.check_host(host, variables, "host_limits")
     if not rules.has_errors(findings) and host_limits.runtime_service(limited):
         reads["units"] += host_limits.runtime_services(limited)  # each unit a container inherits memlock from
+    tuned, findings = rules.check_host(host, variables, "nic_tuning")
+    if not rules.has_errors(findings):
+        # The ports, read by the installed program where it is this collection's (the role then reads them only where
+        # this read does not settle them: nic_tuning.work_pending).
+        reads["nic_read"] = {"program": nic_tuning.PROGRAM, "sha256": _nic_program_sha256(), "desired": json.dumps(nic_tuning.desired(tuned))}
     return reads
+
+
+@functools.lru_cache(maxsize=1)
+def _nic_program_sha256():
+    """The SHA-256 of the nic_tuning role's program as the role installs it (this collection's file, byte for byte)."""
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", *nic_tuning.PROGRAM_SOURCE), "rb") as program:
+        return hashlib.sha256(program.read()).hexdigest()
+
+
+def hicache_nic_work_pending(read):
+    """Whether the nic_tuning role reads the ports itself and applies what differs: the host facts' read (nic_read)
+    is missing, failed or found something to change (nic_tuning.work_pending)."""
+    _core()
+    return nic_tuning.work_pending(_plain_or_none(read))
 
 
 def hicache_secret_file(hostvars, host, name, uring_fallback=False):
@@ -223,5 +248,6 @@ class FilterModule:
     def filters(self):
         return {f.__name__: f for f in (hicache_findings, hicache_fleet_findings, hicache_files, hicache_host_reads, hicache_secret_file,
                                         hicache_secret_forms, hicache_redact_server_info, hicache_settings, hicache_preflight,
-                                        hicache_storage, hicache_limits, hicache_limits_findings, hicache_nic, hicache_image, hicache_model,
-                                        hicache_runtime, hicache_mount_state, hicache_verify_plan, hicache_verify_judge, hicache_metric)}
+                                        hicache_storage, hicache_limits, hicache_limits_findings, hicache_nic, hicache_nic_work_pending,
+                                        hicache_image, hicache_model, hicache_runtime, hicache_mount_state, hicache_verify_plan,
+                                        hicache_verify_judge, hicache_metric)}

@@ -44,6 +44,25 @@ options:
     description: The text whose presence in a backup's first three lines RV(hicache_host.backups) reports.
     type: str
     default: ""
+  nic_read:
+    description:
+      - Run the NIC tuning program installed at O(nic_read.program) with C(--check-json) O(nic_read.desired), read-only, as
+        the nic_tuning role runs it, and report its result in RV(hicache_host.nic_read); only where the file's SHA-256 is
+        O(nic_read.sha256) (the collection's program), else RV(hicache_host.nic_read) is null.
+    type: dict
+    suboptions:
+      program:
+        description: The program's path.
+        type: str
+        required: true
+      sha256:
+        description: The SHA-256 the program must have.
+        type: str
+        required: true
+      desired:
+        description: The desired state, JSON.
+        type: str
+        required: true
 notes:
   - Supports check mode.
 author: hicache-deploy developers (@hicache-deploy)
@@ -158,12 +177,16 @@ hicache_host:
     mountinfo:
       description: The text of /proc/self/mountinfo when the facts were read (the storage role compares its mount with it).
       type: str
+    nic_read:
+      description: C(rc), C(stdout) and C(stderr) of the NIC tuning program's read (O(nic_read)), or null when not run.
+      type: dict
     block_ids:
       description: C(UUID=...), C(LABEL=...), C(PARTUUID=...) and C(PARTLABEL=...) names with the device each resolves to.
       type: dict
       sample: {"UUID=1234-abcd": /dev/nvme1n1}
 """
 
+import hashlib
 import json
 import os
 import platform
@@ -396,12 +419,31 @@ def unit_properties(module, units, systemd):
     return found
 
 
+def nic_read(module, request):
+    """The NIC tuning program's read-only report (--check-json) as the role's own read gets it (rc, stdout, stderr), run
+    from its installed file where that is the program asked for (its SHA-256); None otherwise (the role reads itself)."""
+    if not request:
+        return None
+    try:
+        with open(request["program"], "rb") as program:
+            if hashlib.sha256(program.read()).hexdigest() != request["sha256"]:
+                return None
+    except OSError:
+        return None
+    # -I: nothing from the working directory, the program's directory or PYTHON* variables is imported as root
+    rc, out, err = module.run_command([sys.executable, "-I", request["program"], "--check-json", request["desired"]])
+    return {"rc": rc, "stdout": out, "stderr": err}
+
+
 def main():
     module = AnsibleModule(argument_spec={"disk_path": {"type": "str", "default": "/"},
                                           "read_files": {"type": "list", "elements": "str", "default": []},
                                           "units": {"type": "list", "elements": "str", "default": []},
                                           "backups_of": {"type": "list", "elements": "str", "default": []},
-                                          "backup_marker": {"type": "str", "default": ""}},
+                                          "backup_marker": {"type": "str", "default": ""},
+                                          "nic_read": {"type": "dict", "options": {"program": {"type": "str", "required": True},
+                                                                                   "sha256": {"type": "str", "required": True},
+                                                                                   "desired": {"type": "str", "required": True}}}},
                            supports_check_mode=True)
     systemd = os.path.isdir("/run/systemd/system")
     release = platform.release()
@@ -435,6 +477,7 @@ def main():
         # Whether /etc/fstab holds the storage role's block; never fstab itself (it may hold a CIFS password=).
         "fstab_hicache_block": FSTAB_BLOCK in (read("/etc/fstab", "") or ""),
         "block_ids": block_ids(),
+        "nic_read": nic_read(module, module.params["nic_read"]),
     }
     module.exit_json(changed=False, hicache_host=facts)
 
