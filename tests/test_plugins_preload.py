@@ -182,3 +182,42 @@ def test_an_entry_that_is_not_code_is_compiled_again(tmp_path):
     entry.write_bytes(marshal.dumps((1, "not code", ())))
     ((got, generated),) = _render(tmp_path, "on", PERSISTENT[:1])
     assert got == ["ok", "True"] and generated == 1
+
+
+# The controller's objects frozen before each task's workers fork (gc.freeze): a worker's collections never walk them
+# (nor copy the pages they sit on); each play's start hands them back and collects them once.
+FREEZE = f"""
+import gc, json, os, subprocess, sys
+from ansible.plugins.loader import callback_loader, init_plugin_loader
+init_plugin_loader([{str(ROOT / ".ansible/collections")!r}])
+callback_loader.add_directory({str(ROOT / "plugins/callback")!r})
+callback = callback_loader.get("hicache_preload").__class__()
+seen = {{"start": gc.get_freeze_count()}}
+callback.v2_playbook_on_play_start(None)
+cycle = []
+cycle.append(cycle)  # garbage with a cycle, left before a task starts
+del cycle
+callback.v2_playbook_on_task_start(None, False)
+seen["task"] = gc.get_freeze_count()
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:  # a worker
+    os.write(write, str(gc.get_freeze_count()).encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+seen["worker"] = int(os.read(read, 64))
+callback.v2_playbook_on_handler_task_start(None)
+seen["handler"] = gc.get_freeze_count()
+callback.v2_playbook_on_play_start(None)
+seen["play"] = gc.get_freeze_count()
+seen["collected"] = gc.collect()  # the play's start collected the cycle already
+print(json.dumps(seen))
+"""
+
+
+def test_the_controller_freezes_its_objects_before_each_tasks_workers_fork_and_thaws_them_per_play():
+    proc = subprocess.run([sys.executable, "-c", FREEZE], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    seen = json.loads(proc.stdout)
+    assert seen["start"] == 0 and seen["task"] > 10000 and seen["worker"] > 0.99 * seen["task"] and seen["handler"] >= seen["task"]
+    assert seen["play"] == 0 and seen["collected"] == 0, seen
