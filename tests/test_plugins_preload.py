@@ -185,18 +185,21 @@ def test_an_entry_that_is_not_code_is_compiled_again(tmp_path):
 
 
 # The controller's objects frozen before each task's workers fork (gc.freeze): a worker's collections never walk them
-# (nor copy the pages they sit on); each play's start hands them back and collects them once.
+# (nor copy the pages they sit on). Frozen garbage is never freed: once a quarter more objects are frozen than after the
+# last full collection, they are thawed and collected first.
 FREEZE = f"""
-import gc, json, os, subprocess, sys
+import gc, json, os, sys, weakref
 from ansible.plugins.loader import callback_loader, init_plugin_loader
 init_plugin_loader([{str(ROOT / ".ansible/collections")!r}])
 callback_loader.add_directory({str(ROOT / "plugins/callback")!r})
 callback = callback_loader.get("hicache_preload").__class__()
+class Node:
+    pass
+def garbage():
+    node = Node()
+    node.self = node  # a cycle: only a collection frees it
+    return weakref.ref(node)
 seen = {{"start": gc.get_freeze_count()}}
-callback.v2_playbook_on_play_start(None)
-cycle = []
-cycle.append(cycle)  # garbage with a cycle, left before a task starts
-del cycle
 callback.v2_playbook_on_task_start(None, False)
 seen["task"] = gc.get_freeze_count()
 read, write = os.pipe()
@@ -206,18 +209,22 @@ if pid == 0:  # a worker
     os._exit(0)
 os.waitpid(pid, 0)
 seen["worker"] = int(os.read(read, 64))
+left = garbage()
 callback.v2_playbook_on_handler_task_start(None)
 seen["handler"] = gc.get_freeze_count()
-callback.v2_playbook_on_play_start(None)
-seen["play"] = gc.get_freeze_count()
-seen["collected"] = gc.collect()  # the play's start collected the cycle already
+seen["small_growth_keeps_garbage"] = left() is not None
+kept = [[i] for i in range(seen["task"] // 2)]  # half as many live objects again
+callback.v2_playbook_on_task_start(None, False)
+seen["large_growth_frees_garbage"] = left() is None
+seen["after_collection"] = gc.get_freeze_count()
 print(json.dumps(seen))
 """
 
 
-def test_the_controller_freezes_its_objects_before_each_tasks_workers_fork_and_thaws_them_per_play():
+def test_the_controller_freezes_its_objects_before_each_tasks_workers_fork_and_collects_once_they_grow_a_quarter():
     proc = subprocess.run([sys.executable, "-c", FREEZE], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     seen = json.loads(proc.stdout)
     assert seen["start"] == 0 and seen["task"] > 10000 and seen["worker"] > 0.99 * seen["task"] and seen["handler"] >= seen["task"]
-    assert seen["play"] == 0 and seen["collected"] == 0, seen
+    assert seen["small_growth_keeps_garbage"] and seen["large_growth_frees_garbage"], seen
+    assert seen["after_collection"] > 1.4 * seen["task"], seen  # everything alive frozen again
