@@ -4,8 +4,9 @@ For 1 and 8 test hosts (systemd containers over real SSH), with the project's an
 and (--mitogen) with the project's configuration on Mitogen's strategy: site.yml's first run and its no-op re-run,
 and per host of the no-op: executed tasks, host round trips (ssh invocations), controller CPU-seconds. Then the
 floor: plain Ansible taking as many steps per host as that no-op, each doing nothing (ping, set_fact, a skipped
-debug), with each configuration, so each ratio can be read against what Ansible itself does on this machine. Ratios
-are of figures measured in this one run.
+debug), with each configuration, so each ratio can be read against what Ansible itself does on this machine. Each
+no-op and each floor runs --repeat times (3), each figure the median of those runs. Ratios are of figures measured in
+this one run.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pathlib
 import re
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -100,6 +102,11 @@ def deploy(inventory: pathlib.Path, hosts: list[str], config: pathlib.Path, work
             "cpu": cpu / n}
 
 
+def median_run(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's median over repeated runs of the same thing (one run of this 2-core machine varies by 10 % and more)."""
+    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+
+
 def mitogen_cfg(work: pathlib.Path) -> pathlib.Path:
     """The project's ansible.cfg on Mitogen's linear strategy (Mitogen installed into the bench's own directory)."""
     target = work / "mitogen"
@@ -132,6 +139,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", default="1,8")
     parser.add_argument("--mitogen", action="store_true", help="Also measure Mitogen's strategy (pip-installed into a temporary directory).")
+    parser.add_argument("--repeat", type=int, default=3, help="Runs of each no-op and each floor; each figure is their median.")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     with tempfile.TemporaryDirectory(prefix="fleet-bench-") as tmp:
@@ -158,7 +166,7 @@ def main() -> None:
                         fleet.ssh(name, "rm -rf /opt/sglang-hicache")
                     fresh_ssh_masters(work)
                     first = deploy(inventory, names[:size], config, work)
-                    rerun = deploy(inventory, names[:size], config, work)
+                    rerun = median_run([deploy(inventory, names[:size], config, work) for _ in range(args.repeat)])
                     results[size, label] = (first, rerun)
                     rows.append((size, label, first, rerun))
                     print(f"  {size} host(s), {label}: first {first['wall']:.1f} s, no-op {rerun['wall']:.1f} s", file=sys.stderr)
@@ -168,11 +176,12 @@ def main() -> None:
             for size in sizes:
                 for label, config in configs.items():
                     fresh_ssh_masters(work)
-                    floors[size, label] = deploy(inventory, names[:size], config, work, str(floor))
+                    floors[size, label] = median_run([deploy(inventory, names[:size], config, work, str(floor)) for _ in range(args.repeat)])
                     print(f"  {size} host(s), {label}: floor {floors[size, label]['wall']:.1f} s", file=sys.stderr)
         finally:
             fleet.down()
-    print("per host of the no-op: executed and skipped tasks, host-side module runs, ssh processes started, controller CPU-s;")
+    print(f"per host of the no-op (each figure the median of {args.repeat} runs, as is each floor's): executed and skipped tasks,")
+    print("host-side module runs, ssh processes started, controller CPU-s;")
     print("floor: plain Ansible doing nothing in as many steps (ping, set_fact, a skipped debug) as the project's no-op,")
     print("its wall time and its controller CPU-s per host")
     print(f"{'hosts':>5}  {'config':<8}  {'first run':>9}  {'no-op':>6}  {'tasks':>6}  {'skipped':>7}  {'modules':>7}  {'ssh':>5}  "
