@@ -27,8 +27,9 @@ description:
   - Set E(HICACHE_JINJA_CODE_CACHE=off) to compile as Ansible does.
   - Before each task's workers are forked, moves every object the controller process holds out of reach of Python's
     cyclic garbage collector (C(gc.freeze), which Python's documentation gives for processes that fork without exec),
-    so that neither the controller nor a worker walks them all in a collection and copies every page they sit on; once a
-    quarter more objects are frozen than after the last full collection, they are handed back and collected first.
+    so that neither the controller nor a worker walks them all in a collection and copies every page they sit on; each
+    time the controller's peak memory has grown by a quarter since the last full collection, they are handed back and
+    collected first.
   - Does nothing else, and nothing at all when the package is not installed (the filters then name it).
 requirements:
   - Enabled in C(callbacks_enabled) (ansible.cfg or E(ANSIBLE_CALLBACKS_ENABLED)).
@@ -40,6 +41,7 @@ import hashlib  # noqa: E402
 import importlib  # noqa: E402
 import marshal  # noqa: E402
 import os  # noqa: E402
+import resource  # noqa: E402
 import stat  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
@@ -376,7 +378,7 @@ class CallbackModule(CallbackBase):
         super().__init__(*args, **kwargs)
         _load_jinja_plugins()
         _install_jinja_code_cache()
-        self._frozen_after_collection = None  # how many objects were frozen just after the last full collection
+        self._peak_after_collection = None  # the controller's peak memory (KiB) just after the last full collection
 
     # Each task's workers are forked from this process after its start is announced here (the strategies send
     # v2_playbook_on_task_start, then queue the task for each host). A fork shares the controller's memory until either
@@ -390,17 +392,18 @@ class CallbackModule(CallbackBase):
         self._freeze_before_forks()
 
     def _freeze_before_forks(self) -> None:
-        """Freeze every object the controller holds. Garbage with cycles that is frozen is never freed, so once a quarter
-        more objects are frozen than after the last full collection, they are thawed and collected first: the bound
-        Python itself keeps on what waits for a full collection (a full collection once the objects that survived the
-        younger ones reach 25 % of those that survived the last full one). A no-op deploy of 8 hosts never grows by a
-        quarter (about 900 objects of garbage stay frozen until the run ends); a full collection costs ~35 ms."""
+        """Freeze every object the controller holds (O(1): Python moves its lists, not the objects). Garbage with cycles
+        that is frozen is never freed, so each time the controller's peak memory has grown by a quarter since the last
+        full collection, the objects are thawed and collected first: a bound in proportion to the memory the run holds,
+        as Python's own collector keeps one in proportion to its objects (counting the frozen objects,
+        gc.get_freeze_count, walks them all: it cost more than the freeze saves). A no-op deploy of 8 hosts never grows
+        by a quarter (about 900 objects of garbage stay frozen until the run ends); a full collection costs ~35 ms."""
         gc.freeze()
-        frozen = gc.get_freeze_count()
-        if self._frozen_after_collection is None:
-            self._frozen_after_collection = frozen
-        elif frozen > self._frozen_after_collection * 1.25:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        if self._peak_after_collection is None:
+            self._peak_after_collection = peak
+        elif peak > self._peak_after_collection * 1.25:
             gc.unfreeze()
             gc.collect()
             gc.freeze()
-            self._frozen_after_collection = gc.get_freeze_count()
+            self._peak_after_collection = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
