@@ -180,12 +180,18 @@ def nic_plan(d: Deployment, report: dict[str, Any] | None = None) -> NicPlan:
                    verdict=verdict)
 
 
-def work_pending(read: dict[str, Any] | None) -> bool:
+def work_pending(read: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:
     """Whether the role must read the ports itself and apply what differs, the host facts' read of them (hicache_host_facts'
     nic_read: the installed program, when it is the collection's, run as the role runs it) not settling them: no such
-    read (the program not installed, another version of it, the facts read without the role's variables), a failed
-    one, or one that found something to change."""
+    read (the program not installed, another version of it, facts read outside site.yml), a read of another desired
+    state than `wanted` (the role's plan: the facts read with other variables), a failed one, or one that found
+    something to change."""
     if read is None:
+        return True
+    try:
+        if json.loads(str(read.get("desired"))) != wanted:
+            return True
+    except ValueError:
         return True
     report, failure = program_report(read)
     return failure is not None or bool(report.get("changes"))

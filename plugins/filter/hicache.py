@@ -124,16 +124,18 @@ def hicache_host_reads(hostvars, host):
 
 @functools.lru_cache(maxsize=1)
 def _nic_program_sha256():
-    """The SHA-256 of the nic_tuning role's program as the role installs it (this collection's file, byte for byte)."""
-    with open(os.path.join(os.path.dirname(__file__), "..", "..", *nic_tuning.PROGRAM_SOURCE), "rb") as program:
-        return hashlib.sha256(program.read()).hexdigest()
+    """The SHA-256 of the nic_tuning role's program as the role installs it: this collection's file as
+    `lookup('ansible.builtin.file')` reads it (trailing whitespace stripped), and one newline (converge.yml)."""
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", *nic_tuning.PROGRAM_SOURCE), encoding="utf-8") as program:
+        return hashlib.sha256((program.read().rstrip() + "\n").encode()).hexdigest()
 
 
-def hicache_nic_work_pending(read):
+def hicache_nic_work_pending(read, wanted):
     """Whether the nic_tuning role reads the ports itself and applies what differs: the host facts' read (nic_read)
-    is missing, failed or found something to change (nic_tuning.work_pending)."""
+    is missing, of another desired state than `wanted` (the plan's), failed or found something to change
+    (nic_tuning.work_pending)."""
     _core()
-    return nic_tuning.work_pending(_plain_or_none(read))
+    return nic_tuning.work_pending(_plain_or_none(read), plain(wanted))
 
 
 def hicache_secret_file(hostvars, host, name, uring_fallback=False):

@@ -178,7 +178,7 @@ hicache_host:
       description: The text of /proc/self/mountinfo when the facts were read (the storage role compares its mount with it).
       type: str
     nic_read:
-      description: C(rc), C(stdout) and C(stderr) of the NIC tuning program's read (O(nic_read)), or null when not run.
+      description: C(rc), C(stdout) and C(stderr) of the NIC tuning program's read (O(nic_read)) and the C(desired) state it read with, or null when not run.
       type: dict
     block_ids:
       description: C(UUID=...), C(LABEL=...), C(PARTUUID=...) and C(PARTLABEL=...) names with the device each resolves to.
@@ -430,9 +430,13 @@ def nic_read(module, request):
                 return None
     except OSError:
         return None
-    # -I: nothing from the working directory, the program's directory or PYTHON* variables is imported as root
-    rc, out, err = module.run_command([sys.executable, "-I", request["program"], "--check-json", request["desired"]])
-    return {"rc": rc, "stdout": out, "stderr": err}
+    # python3 as the role's own read and the boot unit run it (the module's interpreter may be another one, set in the
+    # inventory); -I: nothing from the working directory, the program's directory or PYTHON* variables is imported as root
+    python = module.get_bin_path("python3")
+    if not python:
+        return None
+    rc, out, err = module.run_command([python, "-I", request["program"], "--check-json", request["desired"]])
+    return {"rc": rc, "stdout": out, "stderr": err, "desired": request["desired"]}
 
 
 def main():

@@ -29,6 +29,9 @@ class RunsCommands:
     def __init__(self, env):
         self.env, self.argv = env, []
 
+    def get_bin_path(self, name):
+        return shutil.which(name, path=self.env["PATH"])
+
     def run_command(self, argv):
         self.argv.append(argv)
         proc = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=60)
@@ -61,49 +64,79 @@ def test_the_facts_read_is_the_roles_own_read_where_the_installed_program_is_the
     facts = load_plugin("plugins/modules/hicache_host_facts.py")
     d = deployment("vast", storage_localports=["ens1f0np0"])
     env = inbox_host(tmp_path)
-    program = installed(tmp_path, SOURCE.read_bytes())
+    program = installed(tmp_path, (SOURCE.read_text().rstrip() + "\n").encode())
     desired = json.dumps(nic_tuning.desired(d))
     module = RunsCommands(env)
-    read = facts.nic_read(module, {"program": str(program), "sha256": hashlib.sha256(SOURCE.read_bytes()).hexdigest(), "desired": desired})
-    assert module.argv == [[sys.executable, "-I", str(program), "--check-json", desired]]
+    wanted = hashlib.sha256((SOURCE.read_text().rstrip() + "\n").encode()).hexdigest()
+    read = facts.nic_read(module, {"program": str(program), "sha256": wanted, "desired": desired})
+    # python3 from PATH, as the role's own read and the boot unit run it, not the module's own interpreter
+    assert module.argv == [[str(tmp_path / "bin/python3"), "-I", str(program), "--check-json", desired]] and read["desired"] == desired
     # the role's own read: the controller's copy on stdin (read.yml)
     own = subprocess.run(["python3", "-I", "-", "--check-json", desired], input=SOURCE.read_text(), env=env, capture_output=True, text=True)
     assert read["rc"] == own.returncode == 0 and json.loads(read["stdout"]) == json.loads(own.stdout)
     # the sample's ports differ (MTU, trust, PFC): the role reads and applies itself
-    assert json.loads(read["stdout"])["changes"] and nic_tuning.work_pending(read)
+    assert json.loads(read["stdout"])["changes"] and nic_tuning.work_pending(read, nic_tuning.desired(d))
     assert nic_tuning.nic_plan(d, read).verdict == nic_tuning.nic_plan(d, {"rc": own.returncode, "stdout": own.stdout, "stderr": ""}).verdict
 
 
 def test_another_program_or_none_installed_is_never_run_and_leaves_the_read_to_the_role(tmp_path):
     facts = load_plugin("plugins/modules/hicache_host_facts.py")
     module = RunsCommands(inbox_host(tmp_path))
-    wanted = hashlib.sha256(SOURCE.read_bytes()).hexdigest()
+    wanted = hashlib.sha256((SOURCE.read_text().rstrip() + "\n").encode()).hexdigest()
     older = installed(tmp_path, SOURCE.read_bytes().replace(b"TOOL_TIMEOUT = ", b"TOOL_TIMEOUT  = ", 1))
     assert facts.nic_read(module, {"program": str(older), "sha256": wanted, "desired": "{}"}) is None
     assert facts.nic_read(module, {"program": str(tmp_path / "absent"), "sha256": wanted, "desired": "{}"}) is None
     assert facts.nic_read(module, None) is None
     assert module.argv == []
-    assert nic_tuning.work_pending(None)
+    assert nic_tuning.work_pending(None, {})
 
 
-def test_a_failed_or_unreadable_read_and_a_pending_change_make_the_role_read_again():
-    assert nic_tuning.work_pending({"rc": 1, "stdout": "", "stderr": "Traceback"})
-    assert nic_tuning.work_pending({"rc": 0, "stdout": "not json", "stderr": ""})
-    assert nic_tuning.work_pending({"rc": 0, "stdout": json.dumps({"changes": [{"what": "ens1f0np0 mtu"}]}), "stderr": ""})
-    assert not nic_tuning.work_pending({"rc": 0, "stdout": json.dumps({"changes": [], "failed": []}), "stderr": ""})
+def test_a_failed_or_unreadable_read_a_pending_change_or_another_desired_state_make_the_role_read_again():
+    wanted = nic_tuning.desired(deployment("vast"))
+    settled = {"rc": 0, "stdout": json.dumps({"changes": [], "failed": []}), "stderr": "", "desired": json.dumps(wanted)}
+    assert not nic_tuning.work_pending(settled, wanted)
+    assert nic_tuning.work_pending({**settled, "rc": 1, "stdout": "", "stderr": "Traceback"}, wanted)
+    assert nic_tuning.work_pending({**settled, "stdout": "not json"}, wanted)
+    assert nic_tuning.work_pending({**settled, "stdout": json.dumps({"changes": [{"what": "ens1f0np0 mtu"}]})}, wanted)
+    # read with other variables (a play's vars, another inventory): never taken for the role's own
+    assert nic_tuning.work_pending(settled, nic_tuning.desired(deployment("vast", nic_mtu=4200)))
+    assert nic_tuning.work_pending({key: value for key, value in settled.items() if key != "desired"}, wanted)
 
 
 def test_the_facts_ask_for_the_program_the_role_installs_with_the_roles_desired_state():
-    """The role installs the file as `lookup('file') + newline`: the file's bytes when it ends in one newline, so the
-    SHA-256 the facts compare is that of what the role wrote."""
-    text = SOURCE.read_text()
-    assert text == text.rstrip() + "\n"
+    """The role installs the file as `lookup('file')` (trailing whitespace stripped) and one newline: the SHA-256 the
+    facts compare is that of what the role wrote."""
+    installed_text = SOURCE.read_text().rstrip() + "\n"
     filters = load_plugin("plugins/filter/hicache.py")
     d = deployment("vast")
     variables = {k: v for k, v in d.as_vars().items() if v is not None}
     request = filters.hicache_host_reads(variables, "h")["nic_read"]
-    assert request == {"program": nic_tuning.PROGRAM, "sha256": hashlib.sha256(SOURCE.read_bytes()).hexdigest(),
+    assert request == {"program": nic_tuning.PROGRAM, "sha256": hashlib.sha256(installed_text.encode()).hexdigest(),
                        "desired": json.dumps(nic_tuning.desired(d))}
-    assert filters.hicache_nic_work_pending(None) is True
+    assert filters.hicache_nic_work_pending(None, nic_tuning.desired(d)) is True
     # invalid NIC variables: no read asked; the role, which refuses them, reads nothing either
     assert filters.hicache_host_reads({**variables, "hicache_nic_mtu": "huge"}, "h")["nic_read"] is None
+
+
+def test_only_site_yml_reads_the_ports_with_the_facts_just_before_its_nic_role():
+    """A role used alone reads the facts when no one has (main.yml) and the ports itself: facts read by another role may
+    be older than what that role changed (an L3 mount the ToS judgement reads). site.yml reads them in its pull play
+    and again when stale, and runs nic_tuning first among the roles that change the host."""
+    import yaml
+
+    site = yaml.safe_load((ROOT / "playbooks/site.yml").read_text())
+
+    def tasks(node):
+        for task in node if isinstance(node, list) else []:
+            yield task
+            for key in ("block", "rescue", "always"):
+                yield from tasks(task.get(key))
+
+    reads = [t for play in site for t in tasks(play.get("tasks")) if (t.get("ansible.builtin.import_role") or {}).get("tasks_from") in ("facts", "refresh")]
+    assert len(reads) == 2 and all(t["vars"]["__hicache_facts_read_ports"] is True for t in reads)
+    deploy = next(play for play in site if play.get("name") == "Deploy SGLang HiCache servers")
+    roles = [(t.get("ansible.builtin.import_role") or {}).get("name") for t in tasks(deploy["tasks"])]
+    roles = [r for r in roles if r and r != "hicache.deploy.preflight"]
+    assert roles[0] == "hicache.deploy.nic_tuning", roles
+    facts = yaml.safe_load((ROOT / "roles/preflight/tasks/facts.yml").read_text())[0]
+    assert facts["hicache.deploy.hicache_host_facts"]["nic_read"].endswith("if __hicache_facts_read_ports | default(false) else none }}")
