@@ -12,8 +12,6 @@ from hicachectl.plans import storage, storage_live
 
 CONFIG_FILE = "/etc/hicache/nic-tuning.json"
 PROGRAM = "/usr/local/sbin/hicache-nic-tuning"
-# The program's source in the collection, which the role installs at PROGRAM byte for byte.
-PROGRAM_SOURCE = ("roles", "nic_tuning", "files", "hicache-nic-tuning")
 UNIT = "hicache-nic-tuning.service"
 
 

@@ -51,7 +51,7 @@ from ansible.plugins.callback import CallbackBase  # noqa: E402
 
 # The modules the collection's filter plugins import (plugins/filter/*.py).
 CORE_MODULES = ("config.deployment", "config.inventory", "config.namespace", "config.schema", "config.secrets", "ops.l3", "ops.metrics",
-                "ops.rolling", "ops.verify", "plans.container_runtime", "plans.host_limits", "plans.launch", "plans.model",
+                "ops.rolling", "ops.verify", "plans.container_runtime", "plans.host_files", "plans.host_limits", "plans.launch", "plans.model",
                 "plans.nic_tuning", "plans.plan", "plans.preflight", "plans.router", "plans.sglang_image", "plans.sglang_server",
                 "plans.storage", "plans.storage_live", "rules")
 

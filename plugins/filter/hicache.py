@@ -6,10 +6,8 @@ ansible-core); the collection carries none of it. Without it every filter fails 
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
-import os
 
 from ansible.errors import AnsibleFilterError
 
@@ -20,6 +18,7 @@ try:
     from hicachectl.config.inventory import ROUTERS, SERVERS, plain
     from hicachectl.ops import metrics, verify
     from hicachectl.plans import container_runtime, host_limits, l3_collector, model, nic_tuning, preflight, sglang_image, sglang_server, storage, storage_live
+    from hicachectl.plans.host_files import nic_program_text
     from hicachectl.plans.plan import as_fact
     from hicachectl.rules.variables import misspelled_variables
 except ImportError as error:  # pragma: no cover - exercised by ansible-test's import sanity test
@@ -98,10 +97,11 @@ def hicache_files(hostvars, host, uring_fallback=False, facts=None):
     return as_fact(sglang_server.server_plan(deployment, bool(uring_fallback), _plain_or_none(facts)))
 
 
-def hicache_host_reads(hostvars, host):
+def hicache_host_reads(hostvars, host, ports=False):
     """What the host facts read besides the usual, so that no role reads the host again: the server's deployed.json
-    and installed.json, the container runtime's unit, the ports as the NIC tuning program sees them. A part the variables at hand do not define is left
-    out; the role that needs it reads it itself (a user's playbook may give each role only its own variables)."""
+    and installed.json, the container runtime's unit; with `ports` (site.yml's reads), the ports as the NIC tuning
+    program sees them. A part the variables at hand do not define is left out; the role that needs it reads it itself
+    (a user's playbook may give each role only its own variables)."""
     _core()
     variables = _hicache_vars(hostvars)
     # the storage role's own sysctl.d file (storage.rp_filter_sysctls), and what an older release wrote (storage.restored_tcp_slots)
@@ -114,20 +114,14 @@ def hicache_host_reads(hostvars, host):
     limited, findings = rules.check_host(host, variables, "host_limits")
     if not rules.has_errors(findings) and host_limits.runtime_service(limited):
         reads["units"] += host_limits.runtime_services(limited)  # each unit a container inherits memlock from
-    tuned, findings = rules.check_host(host, variables, "nic_tuning")
-    if not rules.has_errors(findings):
-        # The ports, read by the installed program where it is this collection's (the role then reads them only where
-        # this read does not settle them: nic_tuning.work_pending).
-        reads["nic_read"] = {"program": nic_tuning.PROGRAM, "sha256": _nic_program_sha256(), "desired": json.dumps(nic_tuning.desired(tuned))}
+    if ports:
+        tuned, findings = rules.check_host(host, variables, "nic_tuning")
+        if not rules.has_errors(findings):
+            # Read by the installed program where it is the text the role installs (host_files.nic_program_text); the
+            # role reads them itself only where this read does not settle them (nic_tuning.work_pending).
+            reads["nic_read"] = {"program": nic_tuning.PROGRAM, "sha256": hashlib.sha256(nic_program_text().encode()).hexdigest(),
+                                 "desired": json.dumps(nic_tuning.desired(tuned))}
     return reads
-
-
-@functools.lru_cache(maxsize=1)
-def _nic_program_sha256():
-    """The SHA-256 of the nic_tuning role's program as the role installs it: this collection's file as
-    `lookup('ansible.builtin.file')` reads it (trailing whitespace stripped), and one newline (converge.yml)."""
-    with open(os.path.join(os.path.dirname(__file__), "..", "..", *nic_tuning.PROGRAM_SOURCE), encoding="utf-8") as program:
-        return hashlib.sha256((program.read().rstrip() + "\n").encode()).hexdigest()
 
 
 def hicache_nic_work_pending(read, wanted):

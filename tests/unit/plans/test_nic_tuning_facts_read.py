@@ -16,9 +16,9 @@ import sys
 from helpers import deployment, load_plugin
 from support import ROOT
 
-from hicachectl.plans import nic_tuning
+from hicachectl.plans import host_files, nic_tuning
 
-SOURCE = ROOT.joinpath(*nic_tuning.PROGRAM_SOURCE)
+SOURCE = ROOT / "roles/nic_tuning/files/hicache-nic-tuning"
 SAMPLES = ROOT / "tests/samples/nic"
 DCB = ROOT / "tests/samples/dcb"
 
@@ -64,10 +64,10 @@ def test_the_facts_read_is_the_roles_own_read_where_the_installed_program_is_the
     facts = load_plugin("plugins/modules/hicache_host_facts.py")
     d = deployment("vast", storage_localports=["ens1f0np0"])
     env = inbox_host(tmp_path)
-    program = installed(tmp_path, (SOURCE.read_text().rstrip() + "\n").encode())
+    program = installed(tmp_path, host_files.nic_program_text().encode())
     desired = json.dumps(nic_tuning.desired(d))
     module = RunsCommands(env)
-    wanted = hashlib.sha256((SOURCE.read_text().rstrip() + "\n").encode()).hexdigest()
+    wanted = hashlib.sha256(host_files.nic_program_text().encode()).hexdigest()
     read = facts.nic_read(module, {"program": str(program), "sha256": wanted, "desired": desired})
     # python3 from PATH, as the role's own read and the boot unit run it, not the module's own interpreter
     assert module.argv == [[str(tmp_path / "bin/python3"), "-I", str(program), "--check-json", desired]] and read["desired"] == desired
@@ -82,7 +82,7 @@ def test_the_facts_read_is_the_roles_own_read_where_the_installed_program_is_the
 def test_another_program_or_none_installed_is_never_run_and_leaves_the_read_to_the_role(tmp_path):
     facts = load_plugin("plugins/modules/hicache_host_facts.py")
     module = RunsCommands(inbox_host(tmp_path))
-    wanted = hashlib.sha256((SOURCE.read_text().rstrip() + "\n").encode()).hexdigest()
+    wanted = hashlib.sha256(host_files.nic_program_text().encode()).hexdigest()
     older = installed(tmp_path, SOURCE.read_bytes().replace(b"TOOL_TIMEOUT = ", b"TOOL_TIMEOUT  = ", 1))
     assert facts.nic_read(module, {"program": str(older), "sha256": wanted, "desired": "{}"}) is None
     assert facts.nic_read(module, {"program": str(tmp_path / "absent"), "sha256": wanted, "desired": "{}"}) is None
@@ -107,15 +107,18 @@ def test_the_facts_ask_for_the_program_the_role_installs_with_the_roles_desired_
     """The role installs the file as `lookup('file')` (trailing whitespace stripped) and one newline: the SHA-256 the
     facts compare is that of what the role wrote."""
     installed_text = SOURCE.read_text().rstrip() + "\n"
+    assert host_files.nic_program_text() == installed_text
     filters = load_plugin("plugins/filter/hicache.py")
     d = deployment("vast")
     variables = {k: v for k, v in d.as_vars().items() if v is not None}
-    request = filters.hicache_host_reads(variables, "h")["nic_read"]
+    request = filters.hicache_host_reads(variables, "h", ports=True)["nic_read"]
     assert request == {"program": nic_tuning.PROGRAM, "sha256": hashlib.sha256(installed_text.encode()).hexdigest(),
                        "desired": json.dumps(nic_tuning.desired(d))}
     assert filters.hicache_nic_work_pending(None, nic_tuning.desired(d)) is True
     # invalid NIC variables: no read asked; the role, which refuses them, reads nothing either
-    assert filters.hicache_host_reads({**variables, "hicache_nic_mtu": "huge"}, "h")["nic_read"] is None
+    assert filters.hicache_host_reads({**variables, "hicache_nic_mtu": "huge"}, "h", ports=True)["nic_read"] is None
+    # facts read outside site.yml (a role used alone): no ports asked for
+    assert filters.hicache_host_reads(variables, "h")["nic_read"] is None
 
 
 def test_only_site_yml_reads_the_ports_with_the_facts_just_before_its_nic_role():
@@ -139,4 +142,4 @@ def test_only_site_yml_reads_the_ports_with_the_facts_just_before_its_nic_role()
     roles = [r for r in roles if r and r != "hicache.deploy.preflight"]
     assert roles[0] == "hicache.deploy.nic_tuning", roles
     facts = yaml.safe_load((ROOT / "roles/preflight/tasks/facts.yml").read_text())[0]
-    assert facts["hicache.deploy.hicache_host_facts"]["nic_read"].endswith("if __hicache_facts_read_ports | default(false) else none }}")
+    assert "hicache_host_reads(inventory_hostname, __hicache_facts_read_ports | default(false))" in facts["vars"]["__hicache_host_reads"]
