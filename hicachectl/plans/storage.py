@@ -190,7 +190,7 @@ _WRITTEN_RP_FILTER = re.compile(r"^net/ipv4/conf/([^/\s]+)/rp_filter\s*=\s*([0-9
 
 
 def _written_rp_filter(facts: dict | None) -> dict[str, int]:
-    """The rp_filter values SYSCTL_FILE holds now (the host facts read it: read_files), by interface."""
+    """The rp_filter values SYSCTL_FILE holds now (the host facts read it: reads.files), by interface."""
     text = ((facts or {}).get("files") or {}).get(SYSCTL_FILE) or ""
     return {name: int(value) for name, value in _WRITTEN_RP_FILTER.findall(text)}
 

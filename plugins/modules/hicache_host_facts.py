@@ -22,47 +22,54 @@ options:
     description: Report free space of the filesystem holding this path (its nearest existing parent).
     type: str
     default: /
-  read_files:
-    description: Files whose text to report in RV(hicache_host.files) (null for a file that does not exist), e.g. the server's deployed.json.
-    type: list
-    elements: str
-    default: []
-  units:
-    description: systemd units whose C(LoadState), C(LimitMEMLOCK) and running limits to report in RV(hicache_host.units) (where systemd runs).
-    type: list
-    elements: str
-    default: []
-  backups_of:
+  reads:
     description:
-      - Files whose backups (C(FILE.PID.YYYY-MM-DD@HH:MM:SS~), as Ansible's backup option names them) to report in
-        RV(hicache_host.backups), each with whether its first lines hold O(backup_marker). No backup's text leaves the
-        host (an operator's own file may hold anything).
-    type: list
-    elements: str
-    default: []
-  backup_marker:
-    description: The text whose presence in a backup's first three lines RV(hicache_host.backups) reports.
-    type: str
-    default: ""
-  nic_read:
-    description:
-      - Run the NIC tuning program installed at O(nic_read.program) with C(--check-json) O(nic_read.desired), read-only, as
-        the nic_tuning role runs it, and report its result in RV(hicache_host.nic_read); only where the file's SHA-256 is
-        O(nic_read.sha256) (the collection's program), else RV(hicache_host.nic_read) is null.
+      - What to read besides the usual, as the filter C(hicache.deploy.hicache_host_reads) asks for it (one request, so
+        that the plan behind it is made once per task).
     type: dict
+    default: {}
     suboptions:
-      program:
-        description: The program's path.
+      files:
+        description: Files whose text to report in RV(hicache_host.files) (null for a file that does not exist), e.g. the server's deployed.json.
+        type: list
+        elements: str
+        default: []
+      units:
+        description: systemd units whose C(LoadState), C(LimitMEMLOCK) and running limits to report in RV(hicache_host.units) (where systemd runs).
+        type: list
+        elements: str
+        default: []
+      backups_of:
+        description:
+          - Files whose backups (C(FILE.PID.YYYY-MM-DD@HH:MM:SS~), as Ansible's backup option names them) to report in
+            RV(hicache_host.backups), each with whether its first lines hold O(reads.backup_marker). No backup's text leaves the
+            host (an operator's own file may hold anything).
+        type: list
+        elements: str
+        default: []
+      backup_marker:
+        description: The text whose presence in a backup's first three lines RV(hicache_host.backups) reports.
         type: str
-        required: true
-      sha256:
-        description: The SHA-256 the program must have.
-        type: str
-        required: true
-      desired:
-        description: The desired state, JSON.
-        type: str
-        required: true
+        default: ""
+      nic_read:
+        description:
+          - Run the NIC tuning program installed at O(reads.nic_read.program) with C(--check-json) O(reads.nic_read.desired), read-only, as
+            the nic_tuning role runs it, and report its result in RV(hicache_host.nic_read); only where the file's SHA-256 is
+            O(reads.nic_read.sha256) (the collection's program), else RV(hicache_host.nic_read) is null.
+        type: dict
+        suboptions:
+          program:
+            description: The program's path.
+            type: str
+            required: true
+          sha256:
+            description: The SHA-256 the program must have.
+            type: str
+            required: true
+          desired:
+            description: The desired state, JSON.
+            type: str
+            required: true
 notes:
   - Supports check mode.
 author: hicache-deploy developers (@hicache-deploy)
@@ -72,6 +79,13 @@ EXAMPLES = r"""
 - name: Read what the host has
   hicache.deploy.hicache_host_facts:
     disk_path: /var/lib/hicache
+  register: host_facts
+
+- name: Read what the host has, with the text of the server's deployed.json and docker.service's memlock
+  hicache.deploy.hicache_host_facts:
+    reads:
+      files: [/opt/sglang-hicache/cfg/deployed.json]
+      units: [docker.service]
   register: host_facts
 
 - name: Show the GPUs
@@ -156,16 +170,16 @@ hicache_host:
       description: Whether systemd runs the host.
       type: bool
     files:
-      description: The text of each file of O(read_files), or null when it does not exist.
+      description: The text of each file of O(reads.files), or null when it does not exist.
       type: dict
     units:
       description:
-        - For each unit of O(units), its C(LoadState), C(LimitMEMLOCK) and C(MainPID) as systemctl shows them, and, while
+        - For each unit of O(reads.units), its C(LoadState), C(LimitMEMLOCK) and C(MainPID) as systemctl shows them, and, while
           it runs, C(limits), the text of its C(/proc/<MainPID>/limits) (what its children inherit now).
       type: dict
       sample: {docker.service: {LoadState: loaded, LimitMEMLOCK: infinity, MainPID: "812", limits: "Limit  Soft Limit ..."}}
     backups:
-      description: Each backup of a file of O(backups_of) found beside it, and whether its first lines hold O(backup_marker).
+      description: Each backup of a file of O(reads.backups_of) found beside it, and whether its first lines hold O(reads.backup_marker).
       type: dict
       sample: {"/opt/sglang-hicache/cfg/start.sh.4242.2026-12-01@10:00:00~": true}
     fstab_hicache_block:
@@ -178,7 +192,9 @@ hicache_host:
       description: The text of /proc/self/mountinfo when the facts were read (the storage role compares its mount with it).
       type: str
     nic_read:
-      description: C(rc), C(stdout) and C(stderr) of the NIC tuning program's read (O(nic_read)) and the C(desired) state it read with, or null when not run.
+      description:
+        - C(rc), C(stdout) and C(stderr) of the NIC tuning program's read (O(reads.nic_read)) and the C(desired) state it
+          read with, or null when not run.
       type: dict
     block_ids:
       description: C(UUID=...), C(LABEL=...), C(PARTUUID=...) and C(PARTLABEL=...) names with the device each resolves to.
@@ -440,15 +456,17 @@ def nic_read(module, request):
 
 
 def main():
+    reads = {"files": {"type": "list", "elements": "str", "default": []},
+             "units": {"type": "list", "elements": "str", "default": []},
+             "backups_of": {"type": "list", "elements": "str", "default": []},
+             "backup_marker": {"type": "str", "default": ""},
+             "nic_read": {"type": "dict", "options": {"program": {"type": "str", "required": True},
+                                                      "sha256": {"type": "str", "required": True},
+                                                      "desired": {"type": "str", "required": True}}}}
     module = AnsibleModule(argument_spec={"disk_path": {"type": "str", "default": "/"},
-                                          "read_files": {"type": "list", "elements": "str", "default": []},
-                                          "units": {"type": "list", "elements": "str", "default": []},
-                                          "backups_of": {"type": "list", "elements": "str", "default": []},
-                                          "backup_marker": {"type": "str", "default": ""},
-                                          "nic_read": {"type": "dict", "options": {"program": {"type": "str", "required": True},
-                                                                                   "sha256": {"type": "str", "required": True},
-                                                                                   "desired": {"type": "str", "required": True}}}},
+                                          "reads": {"type": "dict", "default": {}, "options": reads}},
                            supports_check_mode=True)
+    reads = module.params["reads"]
     systemd = os.path.isdir("/run/systemd/system")
     release = platform.release()
     tools = {tool: which(tool) for tool in TOOLS}
@@ -473,15 +491,15 @@ def main():
         "nfsrahead_udev_rule": nfsrahead_udev_rule(),
         "udevd_running": os.path.exists("/run/udev/control"),
         "systemd": systemd,
-        "files": {path: read_exact(path) for path in module.params["read_files"]},
-        "units": unit_properties(module, module.params["units"], systemd),
-        "backups": backups(module.params["backups_of"], module.params["backup_marker"]),
+        "files": {path: read_exact(path) for path in reads["files"]},
+        "units": unit_properties(module, reads["units"], systemd),
+        "backups": backups(reads["backups_of"], reads["backup_marker"]),
         "mountinfo": read("/proc/self/mountinfo", ""),
         "nixl_uring_failed": os.path.exists(URING_MARKER),
         # Whether /etc/fstab holds the storage role's block; never fstab itself (it may hold a CIFS password=).
         "fstab_hicache_block": FSTAB_BLOCK in (read("/etc/fstab", "") or ""),
         "block_ids": block_ids(),
-        "nic_read": nic_read(module, module.params["nic_read"]),
+        "nic_read": nic_read(module, reads["nic_read"]),
     }
     module.exit_json(changed=False, hicache_host=facts)
 

@@ -142,4 +142,4 @@ def test_only_site_yml_reads_the_ports_with_the_facts_just_before_its_nic_role()
     roles = [r for r in roles if r and r != "hicache.deploy.preflight"]
     assert roles[0] == "hicache.deploy.nic_tuning", roles
     facts = yaml.safe_load((ROOT / "roles/preflight/tasks/facts.yml").read_text())[0]
-    assert "hicache_host_reads(inventory_hostname, __hicache_facts_read_ports | default(false))" in facts["vars"]["__hicache_host_reads"]
+    assert "hicache_host_reads(inventory_hostname, __hicache_facts_read_ports | default(false))" in facts["hicache.deploy.hicache_host_facts"]["reads"]
