@@ -35,6 +35,46 @@ def test_the_controller_process_loads_the_jinja_plugins_before_any_worker_forks(
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
 
 
+LOOKUPS = f"""
+import pathlib, sys, tempfile
+from ansible.plugins.loader import Jinja2Loader, callback_loader, filter_loader, init_plugin_loader, test_loader
+init_plugin_loader([{str(ROOT / ".ansible/collections")!r}])
+callback_loader.add_directory({str(ROOT / "plugins/callback")!r})
+searched = []
+original = Jinja2Loader.get_with_context
+def counting(self, name, *args, **kwargs):
+    searched.append((self.type, name))
+    return original(self, name, *args, **kwargs)
+Jinja2Loader.get_with_context = counting
+callback_loader.get("hicache_preload").__class__()
+# Jinja's own names, resolved in this (the controller) process: not Ansible's plugins, so None (Jinja's table answers)
+assert ("filter", "length") in searched and ("test", "none") in searched, searched
+searched.clear()
+assert filter_loader.get("length") is None and test_loader.get("none") is None and filter_loader.get("list") is None
+assert filter_loader.get("hicache.deploy.hicache_storage") is not None
+assert filter_loader.get("hicache.deploy.hicache_storage") is filter_loader.get("hicache.deploy.hicache_storage")
+assert searched == [("filter", "hicache.deploy.hicache_storage")], searched  # each name searched once
+try:
+    filter_loader.get("not a name")
+except KeyError:
+    pass
+else:
+    raise AssertionError("an invalid name resolves")
+# a directory of plugins added later (a role's own filter_plugins) is seen: what was remembered is forgotten
+extra = pathlib.Path(tempfile.mkdtemp())
+(extra / "mine.py").write_text("class FilterModule:\\n    def filters(self):\\n        return {{'length': lambda value: 42}}\\n")
+filter_loader.add_directory(str(extra))
+assert filter_loader.get("length") is not None
+assert test_loader.get("none") is None
+print("ok")
+"""
+
+
+def test_the_controller_process_resolves_jinjas_own_names_once_and_forgets_when_plugins_change():
+    proc = subprocess.run([sys.executable, "-c", LOOKUPS], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+
+
 # Jinja's code cache (hicache_preload._JinjaCodeCache): each case templated in a new process, as each forked worker
 # does, once as Ansible compiles it and twice through the cache (an empty directory, then the one the first filled).
 # A case's text comes from one of the roles' files, from an inventory, or from a vault.

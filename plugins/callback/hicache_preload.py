@@ -19,6 +19,10 @@ description:
   - Also loads Ansible's own filter and test plugins and this collection's filters, for the same reason. A worker
     otherwise builds the table of every builtin Jinja plugin again on its first filter or test (about a tenth of a
     worker's CPU in a no-op deploy).
+  - Remembers, for the run, what each name of a filter or test resolves to, and resolves Jinja's own names (C(length),
+    C(list), C(none), ...) in the controller process before any fork. Ansible looks for such a name in every file of its
+    builtin plugins before Jinja's own table answers, again in each worker and each task (about 0.4 ms a name). What is
+    remembered is forgotten when a loader's directories change (a role with its own plugins), as Ansible's own caches.
   - Keeps the Python code Jinja compiles from each template and conditional, keyed by the template's text and every
     setting that shapes the code, in memory and, for text from this collection's own files, in a private directory
     (C($XDG_CACHE_HOME/hicache-deploy/jinja-code), mode 0700, ignored unless the user's alone), so that a worker
@@ -65,6 +69,47 @@ for name in CORE_MODULES:
         importlib.import_module("hicachectl." + name)
     except ImportError:
         break
+
+
+def _remember_plugin_lookups() -> None:
+    """Keep, per Jinja plugin loader, what each name resolved to (a plugin, or None: not one of Ansible's, so Jinja's
+    own filter or test of that name answers), then resolve Jinja's own names here, in the controller process, so
+    that every worker forked after inherits the answers. ansible-core 2.19 resolves a name that is not one of its
+    legacy plugins (Jinja's length, list, none, ...) by loading and listing every file of ansible.builtin's filter or
+    test plugins, at each lookup (plugins/loader.py, Jinja2Loader.get_with_context: "FUTURE ... cache the collection
+    results"), in each worker: a third of the names a task of this collection templates. A loader forgets when its
+    directories change (PluginLoader._clear_caches, called by add_directory: a role with its own plugins); a name that
+    fails to resolve (an error) is never kept."""
+    import jinja2.defaults
+    from ansible.plugins.loader import Jinja2Loader, filter_loader, test_loader
+
+    if getattr(Jinja2Loader, "_hicache_remembers", False) or not hasattr(Jinja2Loader, "_clear_caches"):
+        return
+    original_get, original_clear = Jinja2Loader.get, Jinja2Loader._clear_caches
+
+    def get(self, name, *args, **kwargs):
+        if args or kwargs or not isinstance(name, str):
+            return original_get(self, name, *args, **kwargs)
+        resolved = self.__dict__.setdefault("_hicache_resolved", {})
+        try:
+            return resolved[name]
+        except KeyError:
+            pass
+        plugin = original_get(self, name)
+        resolved[name] = plugin
+        return plugin
+
+    def _clear_caches(self, *args, **kwargs):
+        self.__dict__.pop("_hicache_resolved", None)
+        return original_clear(self, *args, **kwargs)
+
+    Jinja2Loader.get, Jinja2Loader._clear_caches, Jinja2Loader._hicache_remembers = get, _clear_caches, True
+    for loader, names in ((filter_loader, jinja2.defaults.DEFAULT_FILTERS), (test_loader, jinja2.defaults.DEFAULT_TESTS)):
+        for name in names:
+            try:
+                loader.get(name)
+            except Exception:  # noqa: BLE001 (an operator alias such as "==" is no plugin name: resolved, and failing, where used)
+                pass
 
 
 def _load_jinja_plugins() -> None:
@@ -377,6 +422,7 @@ class CallbackModule(CallbackBase):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         _load_jinja_plugins()
+        _remember_plugin_lookups()
         _install_jinja_code_cache()
         self._peak_after_collection = None  # the controller's peak memory (KiB) just after the last full collection
 
