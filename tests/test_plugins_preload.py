@@ -75,6 +75,59 @@ def test_the_controller_process_resolves_jinjas_own_names_once_and_forgets_when_
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
 
 
+BUILD = f"""
+import base64, glob, hashlib, io, json, os, sys, zipfile
+from ansible import constants as C
+from ansible.plugins.loader import callback_loader, init_plugin_loader
+init_plugin_loader([{str(ROOT / ".ansible/collections")!r}])
+callback_loader.add_directory({str(ROOT / "plugins/callback")!r})
+if sys.argv[1] != "ansible":
+    callback_loader.get("hicache_preload").__class__()
+from ansible.executor import module_common
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar
+memo = os.path.join(C.DEFAULT_LOCAL_TMP, "hicache-module-utils-imports.json")
+payloads = {{}}
+for name in ("hicache_lock", "hicache_host_facts", "hicache_files"):
+    # each module built in a worker forked for it, as Ansible builds them: what one kept reaches the next only on disk
+    found = os.path.join(C.DEFAULT_LOCAL_TMP, name + ".json")
+    if os.fork() == 0:
+        module_common.modify_module(module_name="hicache.deploy." + name, module_path={str(ROOT / "plugins/modules")!r} + "/" + name + ".py",
+                                    module_args={{}}, templar=Templar(loader=DataLoader()), task_vars={{"ansible_python_interpreter": "/usr/bin/python3"}},
+                                    module_compression="ZIP_DEFLATED")
+        cached = [path for path in glob.glob(os.path.join(C.DEFAULT_LOCAL_TMP, "ansiballz_cache", "*" + name + "*")) if not path.endswith(".lock")]
+        archive = zipfile.ZipFile(io.BytesIO(base64.b64decode(module_common._CachedModule.load(cached[0]).zip_data)))
+        json.dump({{info.filename: hashlib.sha256(archive.read(info)).hexdigest() for info in archive.infolist()}}, open(found, "w"))
+        os._exit(0)
+    os.wait()
+    payloads[name] = json.load(open(found))
+    if name == "hicache_lock" and sys.argv[1] == "corrupt":
+        open(memo, "w").write("{{not json")
+    if name == "hicache_lock" and sys.argv[1] == "tamper":  # every file kept as importing nothing: a later build must show it
+        kept = json.load(open(memo))
+        json.dump({{key: [[], []] for key in kept}}, open(memo, "w"))
+print(json.dumps({{"payloads": payloads, "kept": sorted(key.split(chr(0))[0] for key in json.load(open(memo))) if os.path.exists(memo) else None}}))
+"""
+
+
+def _build(mode: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", BUILD, mode], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_module_payloads_built_with_the_imports_kept_for_the_run_are_ansibles_own():
+    ansible, kept, corrupt, tamper = (_build(mode) for mode in ("ansible", "remember", "corrupt", "tamper"))
+    assert ansible["kept"] is None and "ansible.module_utils.basic" in kept["kept"]
+    assert len(ansible["payloads"]["hicache_files"]) > 20
+    # the same files, byte for byte, whether the imports were found again or read from what the first build kept,
+    # and whatever the kept file holds when it is not what this writes
+    assert kept["payloads"] == ansible["payloads"] == corrupt["payloads"]
+    # the later builds did read them: kept as importing nothing, their payloads lose basic's own module_utils
+    assert tamper["payloads"]["hicache_lock"] == ansible["payloads"]["hicache_lock"]
+    assert len(tamper["payloads"]["hicache_files"]) < len(ansible["payloads"]["hicache_files"])
+
+
 # Jinja's code cache (hicache_preload._JinjaCodeCache): each case templated in a new process, as each forked worker
 # does, once as Ansible compiles it and twice through the cache (an empty directory, then the one the first filled).
 # A case's text comes from one of the roles' files, from an inventory, or from a vault.

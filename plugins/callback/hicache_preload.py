@@ -23,6 +23,9 @@ description:
     C(list), C(none), ...) in the controller process before any fork. Ansible looks for such a name in every file of its
     builtin plugins before Jinja's own table answers, again in each worker and each task (about 0.4 ms a name). What is
     remembered is forgotten when a loader's directories change (a role with its own plugins), as Ansible's own caches.
+  - Keeps, for the run, which module_utils each module_utils file imports, in the run's private directory beside
+    Ansible's own cache of module payloads, so that the payload of each module after the first is built without
+    compiling and walking the same files again (about 60 ms of the controller's CPU per module).
   - Keeps the Python code Jinja compiles from each template and conditional, keyed by the template's text and every
     setting that shapes the code, in memory and, for text from this collection's own files, in a private directory
     (C($XDG_CACHE_HOME/hicache-deploy/jinja-code), mode 0700, ignored unless the user's alone), so that a worker
@@ -43,6 +46,8 @@ author: hicache-deploy developers (@hicache-deploy)
 import gc  # noqa: E402 (imports below the documentation, as ansible-test's validate-modules wants)
 import hashlib  # noqa: E402
 import importlib  # noqa: E402
+import inspect  # noqa: E402
+import json  # noqa: E402
 import marshal  # noqa: E402
 import os  # noqa: E402
 import resource  # noqa: E402
@@ -413,6 +418,96 @@ def _install_jinja_code_cache() -> _JinjaCodeCache | None:
     return cache
 
 
+class _ModuleUtilsText:
+    """Stands in for a module_utils file's syntax tree until its imports are needed and not known for the run."""
+
+    __slots__ = ("name", "source", "digest")
+
+    def __init__(self, name: str, source, digest: str) -> None:
+        self.name, self.source, self.digest = name, source, digest
+
+
+def _remember_module_utils_imports() -> None:
+    """Ansible builds a module's payload (AnsiballZ) in the worker that first runs the module, and finds the
+    module_utils to put in it by compiling each one (about fifty behind ansible.module_utils.basic) and walking its
+    imports (ansible-core 2.19 executor/module_common.py, recursive_finder): about 75 ms per module. The payload is kept
+    for the run (ansiballz_cache, in the run's private directory C.DEFAULT_LOCAL_TMP), the imports found are not, so the
+    next module compiles the same files again. This keeps them in that directory, by the file's name, whether it is a
+    package and the SHA-256 of its text, as JSON: a later build reads a file's text as before and compiles only a
+    file whose text it has not seen. Anything not as expected: Ansible builds as usual."""
+    try:
+        from ansible import constants
+        from ansible.executor import module_common
+        from ansible.module_utils.common.text.converters import to_bytes
+    except ImportError:
+        return
+    if getattr(module_common, "_hicache_remembers_imports", False) or not all(
+            callable(getattr(module_common, name, None)) for name in ("_compile_module_ast", "ModuleDepFinder", "recursive_finder")) or \
+            set(inspect.signature(module_common.ModuleDepFinder.__init__).parameters) != {"self", "module_fqn", "tree", "is_pkg_init", "args", "kwargs"}:
+        return
+    finder_class = module_common.ModuleDepFinder
+    original_compile, original_init, original_recursive = module_common._compile_module_ast, finder_class.__init__, module_common.recursive_finder
+    known: dict[str, list] = {}
+    state = {"dirty": False}
+
+    def path() -> str:
+        return os.path.join(constants.DEFAULT_LOCAL_TMP, "hicache-module-utils-imports.json")
+
+    def load() -> None:
+        try:
+            with open(path(), encoding="utf-8") as text:
+                data = json.load(text)
+        except (OSError, ValueError):
+            return
+        if isinstance(data, dict):
+            for key, value in data.items():
+                if (isinstance(value, list) and len(value) == 2
+                        and all(isinstance(names, list) and all(isinstance(part, str) for part in names) for group in value for names in group)):
+                    known.setdefault(key, value)
+
+    def save() -> None:
+        temporary = f"{path()}.{os.getpid()}"
+        try:
+            with open(temporary, "w", encoding="utf-8") as text:
+                json.dump(known, text)
+            os.replace(temporary, path())
+            state["dirty"] = False
+        except OSError:
+            pass
+
+    def _compile_module_ast(module_name, source_code):
+        if not (module_name.startswith("ansible.module_utils") or ".plugins.module_utils" in module_name):
+            return original_compile(module_name, source_code)  # the module itself: its metadata is read from the tree
+        return _ModuleUtilsText(module_name, source_code, hashlib.sha256(to_bytes(source_code)).hexdigest())
+
+    def __init__(self, module_fqn, tree, is_pkg_init=False, *args, **kwargs):
+        if not isinstance(tree, _ModuleUtilsText):
+            return original_init(self, module_fqn, tree, is_pkg_init, *args, **kwargs)
+        key = f"{module_fqn}\0{bool(is_pkg_init)}\0{tree.digest}"
+        if key in known and module_fqn == tree.name and not args and not kwargs:
+            submodules, optional = known[key]
+            self.submodules, self.optional_imports = {tuple(names) for names in submodules}, {tuple(names) for names in optional}
+            self.module_fqn, self.is_pkg_init, self._tree = module_fqn, is_pkg_init, None
+            return None
+        original_init(self, module_fqn, original_compile(tree.name, tree.source), is_pkg_init, *args, **kwargs)
+        known[key] = [sorted(map(list, self.submodules)), sorted(map(list, self.optional_imports))]
+        state["dirty"] = True
+        return None
+
+    def recursive_finder(*args, **kwargs):
+        load()
+        try:
+            return original_recursive(*args, **kwargs)
+        finally:
+            if state["dirty"]:
+                save()
+
+    module_common._compile_module_ast = _compile_module_ast
+    finder_class.__init__ = __init__
+    module_common.recursive_finder = recursive_finder
+    module_common._hicache_remembers_imports = True
+
+
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
@@ -423,6 +518,7 @@ class CallbackModule(CallbackBase):
         super().__init__(*args, **kwargs)
         _load_jinja_plugins()
         _remember_plugin_lookups()
+        _remember_module_utils_imports()
         _install_jinja_code_cache()
         self._peak_after_collection = None  # the controller's peak memory (KiB) just after the last full collection
 
