@@ -11,16 +11,27 @@ import sys
 
 from support import ROOT
 
-PROBE = f"""
-import sys
-from ansible.plugins.loader import callback_loader, filter_loader, init_plugin_loader, test_loader
+# What each probe below starts with: a new process (as each forked worker is, for what it loads on its own), Ansible's
+# loaders on this checkout's collection, and the callback's directory.
+SETUP = f"""
+from ansible.plugins.loader import callback_loader, init_plugin_loader
 init_plugin_loader([{str(ROOT / ".ansible/collections")!r}])
 callback_loader.add_directory({str(ROOT / "plugins/callback")!r})
+"""
+
+
+def _probe(source: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", SETUP + source, *args], cwd=ROOT, env={**os.environ, **env}, capture_output=True,
+                          text=True, timeout=120)
+
+PROBE = """
+import sys
+from ansible.plugins.loader import filter_loader, test_loader
 assert not filter_loader._cached_non_collection_wrappers and not test_loader._cached_non_collection_wrappers
 callback = callback_loader.get("hicache_preload")
 callback.__class__()
 module = sys.modules[callback.__class__.__module__]
-loaders = {{"filter": filter_loader, "test": test_loader}}
+loaders = {"filter": filter_loader, "test": test_loader}
 missing = [name for kind, name in module.JINJA_PLUGINS if loaders[kind].get(name) is None]
 assert not missing, missing
 # the tables a worker would otherwise build on its first filter or test
@@ -31,15 +42,13 @@ print("ok")
 
 
 def test_the_controller_process_loads_the_jinja_plugins_before_any_worker_forks():
-    proc = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = _probe(PROBE)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
 
 
-LOOKUPS = f"""
+LOOKUPS = """
 import pathlib, sys, tempfile
-from ansible.plugins.loader import Jinja2Loader, callback_loader, filter_loader, init_plugin_loader, test_loader
-init_plugin_loader([{str(ROOT / ".ansible/collections")!r}])
-callback_loader.add_directory({str(ROOT / "plugins/callback")!r})
+from ansible.plugins.loader import Jinja2Loader, filter_loader, test_loader
 searched = []
 original = Jinja2Loader.get_with_context
 def counting(self, name, *args, **kwargs):
@@ -62,7 +71,7 @@ else:
     raise AssertionError("an invalid name resolves")
 # a directory of plugins added later (a role's own filter_plugins) is seen: what was remembered is forgotten
 extra = pathlib.Path(tempfile.mkdtemp())
-(extra / "mine.py").write_text("class FilterModule:\\n    def filters(self):\\n        return {{'length': lambda value: 42}}\\n")
+(extra / "mine.py").write_text("class FilterModule:\\n    def filters(self):\\n        return {'length': lambda value: 42}\\n")
 filter_loader.add_directory(str(extra))
 assert filter_loader.get("length") is not None
 assert test_loader.get("none") is None
@@ -71,16 +80,13 @@ print("ok")
 
 
 def test_the_controller_process_resolves_jinjas_own_names_once_and_forgets_when_plugins_change():
-    proc = subprocess.run([sys.executable, "-c", LOOKUPS], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = _probe(LOOKUPS)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
 
 
 BUILD = f"""
 import base64, glob, hashlib, io, json, os, sys, zipfile
 from ansible import constants as C
-from ansible.plugins.loader import callback_loader, init_plugin_loader
-init_plugin_loader([{str(ROOT / ".ansible/collections")!r}])
-callback_loader.add_directory({str(ROOT / "plugins/callback")!r})
 if sys.argv[1] != "ansible":
     callback_loader.get("hicache_preload").__class__()
 from ansible.executor import module_common
@@ -111,7 +117,7 @@ print(json.dumps({{"payloads": payloads, "kept": sorted(key.split(chr(0))[0] for
 
 
 def _build(mode: str) -> dict:
-    proc = subprocess.run([sys.executable, "-c", BUILD, mode], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = _probe(BUILD, mode)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads(proc.stdout)
 
@@ -134,9 +140,6 @@ def test_module_payloads_built_with_the_imports_kept_for_the_run_are_ansibles_ow
 RENDER = f"""
 import json, os, sys
 import jinja2.environment
-from ansible.plugins.loader import callback_loader, init_plugin_loader
-init_plugin_loader([{str(ROOT / ".ansible/collections")!r}])
-callback_loader.add_directory({str(ROOT / "plugins/callback")!r})
 generated = []
 original_generate = jinja2.environment.Environment._generate
 def counting_generate(self, *args, **kwargs):
@@ -196,9 +199,7 @@ PERSISTENT = [case for case in CASES if case[2] == "role" and case[1] != "{{ a +
 
 
 def _render(tmp_path, mode: str, cases=CASES, **env):
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "HICACHE_JINJA_CODE_CACHE": mode, **env}
-    proc = subprocess.run([sys.executable, "-c", RENDER, json.dumps(cases)], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
+    proc = _probe(RENDER, json.dumps(cases), XDG_CACHE_HOME=str(tmp_path / "cache"), HICACHE_JINJA_CODE_CACHE=mode, **env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads(proc.stdout)
 
@@ -280,11 +281,8 @@ def test_an_entry_that_is_not_code_is_compiled_again(tmp_path):
 # The controller's objects frozen before each task's workers fork (gc.freeze): a worker's collections never walk them
 # (nor copy the pages they sit on). Frozen garbage is never freed: once the controller's peak memory has grown by a
 # quarter since the last full collection, they are thawed and collected first.
-FREEZE = f"""
+FREEZE = """
 import gc, json, os, sys, weakref
-from ansible.plugins.loader import callback_loader, init_plugin_loader
-init_plugin_loader([{str(ROOT / ".ansible/collections")!r}])
-callback_loader.add_directory({str(ROOT / "plugins/callback")!r})
 callback = callback_loader.get("hicache_preload").__class__()
 class Node:
     pass
@@ -292,7 +290,7 @@ def garbage():
     node = Node()
     node.self = node  # a cycle: only a collection frees it
     return weakref.ref(node)
-seen = {{"start": gc.get_freeze_count()}}
+seen = {"start": gc.get_freeze_count()}
 callback.v2_playbook_on_task_start(None, False)
 seen["task"] = gc.get_freeze_count()
 read, write = os.pipe()
@@ -319,7 +317,7 @@ print(json.dumps(seen))
 
 
 def test_the_controller_freezes_its_objects_before_each_tasks_workers_fork_and_collects_once_its_memory_grows_a_quarter():
-    proc = subprocess.run([sys.executable, "-c", FREEZE], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = _probe(FREEZE)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     seen = json.loads(proc.stdout)
     assert seen["start"] == 0 and seen["task"] > 10000 and seen["worker"] > 0.99 * seen["task"] and seen["handler"] >= seen["task"]
