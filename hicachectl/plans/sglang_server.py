@@ -218,7 +218,7 @@ class ServerPlan:
 
 
 def backed_up_files(d: Deployment) -> list[str]:
-    """The files whose backups the host facts list (hicache_host_facts' backups_of, each with whether it carries
+    """The files whose backups the host facts list (hicache_host_facts' reads.backups_of, each with whether it carries
     RENDERED_BY): every file without a secret that the role writes in cfg/, and the same in cfg.previous/ (its copy for
     rollback)."""
     names = [f.name for f in files(d) if not f.secret] + [DEPLOYED]

@@ -19,8 +19,8 @@ description:
   - Also loads Ansible's own filter and test plugins and this collection's filters, for the same reason. A worker
     otherwise builds the table of every builtin Jinja plugin again on its first filter or test (about a tenth of a
     worker's CPU in a no-op deploy).
-  - Remembers, for the run, what each name of a filter or test resolves to, and resolves Jinja's own names (C(length),
-    C(list), C(none), ...) in the controller process before any fork. Ansible looks for such a name in every file of its
+  - Remembers, for the run, what each short name of a filter or test resolves to, and resolves Jinja's own names
+    (C(length), C(list), C(none), ...) in the controller process before any fork. Ansible looks for such a name in every file of its
     builtin plugins before Jinja's own table answers, again in each worker and each task (about 0.4 ms a name). What is
     remembered is forgotten when a loader's directories change (a role with its own plugins), as Ansible's own caches.
   - Keeps, for the run, which module_utils each module_utils file imports, in the run's private directory beside
@@ -77,14 +77,16 @@ for name in CORE_MODULES:
 
 
 def _remember_plugin_lookups() -> None:
-    """Keep, per Jinja plugin loader, what each name resolved to (a plugin, or None: not one of Ansible's, so Jinja's
-    own filter or test of that name answers), then resolve Jinja's own names here, in the controller process, so
-    that every worker forked after inherits the answers. ansible-core 2.19 resolves a name that is not one of its
+    """Keep, per Jinja plugin loader, what each short name resolved to (a plugin, or None: not one of Ansible's, so
+    Jinja's own filter or test of that name answers), then resolve Jinja's own names here, in the controller process,
+    so that every worker forked after inherits the answers. ansible-core 2.19 resolves a name that is not one of its
     legacy plugins (Jinja's length, list, none, ...) by loading and listing every file of ansible.builtin's filter or
     test plugins, at each lookup (plugins/loader.py, Jinja2Loader.get_with_context: "FUTURE ... cache the collection
-    results"), in each worker: a third of the names a task of this collection templates. A loader forgets when its
-    directories change (PluginLoader._clear_caches, called by add_directory: a role with its own plugins); a name that
-    fails to resolve (an error) is never kept."""
+    results"), in each worker: a third of the names a task of this collection templates. Only a short name is kept:
+    it resolves among the legacy plugins and ansible-core's own files, which a run does not change; a collection's name
+    (with dots) is looked up as Ansible does, each time, since a file of the collection that failed to load is skipped
+    (None) and may load later. A loader forgets when its directories change (PluginLoader._clear_caches, called by
+    add_directory: a role with its own plugins); a name that raises is never kept."""
     import jinja2.defaults
     from ansible.plugins.loader import Jinja2Loader, filter_loader, test_loader
 
@@ -93,7 +95,7 @@ def _remember_plugin_lookups() -> None:
     original_get, original_clear = Jinja2Loader.get, Jinja2Loader._clear_caches
 
     def get(self, name, *args, **kwargs):
-        if args or kwargs or not isinstance(name, str):
+        if args or kwargs or not isinstance(name, str) or "." in name:
             return original_get(self, name, *args, **kwargs)
         resolved = self.__dict__.setdefault("_hicache_resolved", {})
         try:

@@ -101,8 +101,8 @@ def hicache_host_reads(hostvars, host, ports=False):
     """What the host facts read besides the usual (hicache_host_facts' `reads`, passed whole so that this is planned
     once per task), so that no role reads the host again: the server's deployed.json and installed.json, the container
     runtime's unit; with `ports` (site.yml's reads), the ports as the NIC tuning program sees them. A part the variables
-    at hand do not define is left out; the role that needs it reads it itself (a user's playbook may give each role
-    only its own variables)."""
+    at hand do not define stays empty (None for the ports); the role that needs it reads it itself (a user's playbook
+    may give each role only its own variables)."""
     _core()
     variables = _hicache_vars(hostvars)
     # the storage role's own sysctl.d file (storage.rp_filter_sysctls), and what an older release wrote (storage.restored_tcp_slots)
