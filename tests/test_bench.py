@@ -1,11 +1,12 @@
 """`hicachectl bench` against the SGLang stand-in, whose prefill model is known: the speedup it reports
 must match that model. The stand-in prefills one prompt at a time, as one GPU would. Three phases per level
-(recompute, from L3, a repeat without reset), the L3/recompute ratio and the GB/s read from L3; a slow tier
+(recompute, from L3, from host memory after filler traffic), the L3/recompute ratio and the GB/s read from L3; a slow tier
 (the stand-in's STANDIN_L3_READ_DELAY) makes L3 lose, which bench reports as a finding with SGLang's levers; and
 bench never sends SGLang's L3 clear (the stand-in logs it on stderr if it arrives)."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import statistics
@@ -87,7 +88,7 @@ def test_bench_reports_three_phases_the_ratio_and_the_l3_rate_as_table_json_and_
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert lines[0].split()[:2] == ["concurrency", "prompt"] and [line.split()[0] for line in lines[2:5]] == ["1", "2", "4"]
-    for header in ("recompute TTFT s", "from L3 TTFT s", "L3/recompute", "L3 read GB/s", "repeat (no reset) TTFT s", "repeat served from"):
+    for header in ("recompute TTFT s", "from L3 TTFT s", "L3/recompute", "L3 read GB/s", "host memory TTFT s", "host phase served from"):
         assert header in lines[0], (header, lines[0])
     assert not any(line.startswith("finding:") for line in lines), run.stdout  # L3 wins here
     data = json.loads((out / "bench.json").read_text())
@@ -115,14 +116,20 @@ def test_bench_reports_three_phases_the_ratio_and_the_l3_rate_as_table_json_and_
         assert row["l3_read_tokens"] == c * loaded and row["l3_read_bytes"] == c * loaded * STANDIN_BYTES_PER_TOKEN
         assert row["l3_read_gbps"] == pytest.approx(row["l3_read_bytes"] / row["l3_seconds"] / 1e9, rel=1e-3)
         assert row["l3_op_gbps"] is None  # the file backend times no read (HiCacheStorage.get_stats: None)
-        # the stand-in has no GPU or host cache: the repeat is read from L3 again, and bench says so, not "host"
+        # this stand-in has no GPU or host pool (no --max-total-tokens, so no max_total_num_tokens in /server_info): no
+        # filler is sent, the third phase is read from L3 again, and bench says so, not "host"
         assert row["repeat_sources"] == {"device": 0.0, "host": 0.0, "storage": round(loaded / WORDS, 4), "basis": "metrics"}
         assert row["repeat_served_from"] == "storage 99%"
+        assert (row["host_sources"], row["host_served_from"], row["host_mean_s"]) == (row["repeat_sources"], "storage 99%", row["repeat_mean_s"])
+        assert row["host_filler_tokens"] == 0 and "no max_total_num_tokens: no filler sent" in row["host_notes"][0]
+        assert f"host phase, concurrency {c}: 0 filler tokens sent; served from storage 99%" in run.stdout
         assert row["l3_sources"]["storage"] == round(loaded / WORDS, 4)
         # the names before issue #35 stay: cold = recompute, warm = l3
         assert (row["cold_mean_s"], row["warm_p90_s"], row["warm_storage_share"]) == (row["recompute_mean_s"], row["l3_p90_s"], row["l3_storage_share"])
+    assert run.stdout.count("this phase is not a host-memory measurement") == 3
     four = data["requests"]["4"]
     assert len(four["recompute"]) == len(four["l3"]) == len(four["repeat"]) == 4 and four["cold"] == four["recompute"] and four["warm"] == four["l3"]
+    assert four["host"] == four["repeat"]
     assert all(r["cached_tokens"] == 0 and r["cached_by_source"] is None for r in four["recompute"])
     assert all(r["cached_tokens"] == loaded for r in four["l3"])
     # the responses' own breakdown (sglext.cached_tokens_details), asked of the server
@@ -172,6 +179,43 @@ def test_bench_says_when_l3_loses_to_recompute_with_sglangs_levers(standin, tmp_
     assert l3_clears(proc, port) == 0
 
 
+
+@pytest.mark.slow  # the stand-in's L3 is SGLang's own file backend (CPU torch): a start takes 5-20 s here
+def test_bench_pushes_the_prompts_off_the_gpu_so_its_third_phase_is_served_from_host_memory(standin, tmp_path):
+    """A stand-in with SGLang's --max-total-tokens models the GPU pool (6400 tokens) and the host pool (--hicache-ratio 4:
+    25600) with SGLang's LRU and write-through (tests/standin KvTiers). bench sends more filler tokens than the GPU holds
+    before the third phase, so SGLang counts that phase's cached tokens as host hits; without the filler
+    (--no-host-phase) they are GPU hits; with a host pool too small to keep the prompts besides the filler (ratio 1.2),
+    they come from L3 again and bench says this phase is not a host-memory measurement."""
+    prefill, load = 200, 20
+    env = {"STANDIN_PREFILL_US_PER_TOKEN": str(prefill), "STANDIN_LOAD_US_PER_TOKEN": str(load)}
+    flags = ("--served-model-name", "bench", "--page-size", str(PAGE), "--hicache-storage-backend", "file", "--enable-metrics",
+             "--max-total-tokens", "6400")
+    port, proc = standin(*flags, "--hicache-ratio", "4", env=env)
+    loaded = WORDS // PAGE * PAGE
+    run = cli("bench", "--url", f"http://127.0.0.1:{port}", "--concurrency", "1,2", "--input-len", str(WORDS), "--out", str(tmp_path / "a"),
+              "--json", check_rc=0)
+    data = json.loads(run.stdout)
+    for row in data["levels"]:
+        c = row["concurrency"]
+        assert row["host_served_from"] == "host 99%", row
+        assert row["host_sources"] == {"device": 0.0, "host": round(loaded / WORDS, 4), "storage": 0.0, "basis": "metrics"}
+        assert (row["host_gpu_pool_tokens"], row["host_pool_tokens"]) == (6400, 25600) and row["host_notes"] == []
+        assert 6400 + c * WORDS <= row["host_filler_tokens"] < 6400 + c * WORDS + c * WORDS  # past the GPU pool, in whole rounds
+        assert row["host_mean_s"] < row["recompute_mean_s"] and row["host_mean_s"] >= (loaded * load + (WORDS - loaded) * prefill) / 1e6
+    assert all(r["cached_by_source"] == {"device": 0, "host": loaded, "storage": 0} for r in data["requests"]["2"]["host"])
+    text = cli("bench", "--url", f"http://127.0.0.1:{port}", "--concurrency", "1", "--input-len", str(WORDS), "--out", str(tmp_path / "b"),
+               "--no-host-phase", check_rc=0).stdout
+    assert "host phase, concurrency 1: 0 filler tokens sent; served from device 99%" in text, text
+    assert "no filler sent (--no-host-phase)" in text and "not a host-memory measurement" in text
+    assert l3_clears(proc, port) == 0
+    small, small_proc = standin(*flags, "--hicache-ratio", "1.2", env=env)
+    text = cli("bench", "--url", f"http://127.0.0.1:{small}", "--concurrency", "1", "--input-len", str(WORDS), "--out", str(tmp_path / "c"),
+               check_rc=0).stdout
+    assert "its host pool (7,680 tokens) cannot hold the filler (8,400) and the prompts (2,000)" in text, text
+    assert "served from storage 99%" in text and "SGLang served 0% of the prompt from host memory" in text, text
+    assert l3_clears(small_proc, small) == 0
+
 def test_bench_never_names_sglangs_l3_clear():
     """The route is not in the bench's code at all (tests/unit/ops/test_no_l3_clear.py scans everything shipped)."""
     for module in (bench, sys.modules.get("hicachectl.cli.bench") or __import__("hicachectl.cli.bench", fromlist=["bench"])):
@@ -218,6 +262,23 @@ def _level(c: int, recompute: float, l3: float, repeat_sources=None) -> bench.Le
         return bench.Phase([bench.Request(t, 1000, cached, by_source)] * c, storage_tokens=None, seconds=2 * t, sources=sources)
     return bench.Level(c, phase(recompute, 0), phase(l3, 960, {"device": 0, "host": 0, "storage": 960}),
                        phase(0.1, 960, None, repeat_sources), backed_up_tokens=None)
+
+
+def test_the_host_phase_reads_sglangs_pools_and_says_when_the_host_pool_cannot_keep_the_prompts():
+    info = {"max_total_num_tokens": 6400, "dp_size": 2, "hicache_ratio": 3.0}
+    assert bench.gpu_pool_tokens(info) == 12800 and bench.gpu_pool_tokens({}) is None  # per DP replica, x DP
+    assert bench.host_pool_tokens(info, None) == 38400  # hicache_ratio x the GPU pool, without the gauge
+    assert bench.host_pool_tokens({"max_total_num_tokens": 100}, None) == 200  # SGLang's ratio when unset: 2
+    # SGLang's own gauge wins (its auto-sizing may lower the ratio), read at rank 0
+    gauge = 'sglang:hicache_host_total_tokens{tp_rank="0",pp_rank="0"} 9000\nsglang:hicache_host_total_tokens{tp_rank="1",pp_rank="0"} 9000\n'
+    assert bench.host_pool_tokens(info, gauge) == 9000
+    assert bench.host_pool_tokens({**info, "hicache_size": 40}, None) is None  # GB per rank: bytes per token unknown
+    rows = bench.summary([dataclasses.replace(_level(1, 2.0, 0.5, {"device": 0.0, "host": 0.0, "storage": 990.0}),
+                                                    eviction=bench.Eviction(8400, 6400, 7680, ["its host pool is small"]))])
+    assert (rows[0]["host_filler_tokens"], rows[0]["host_gpu_pool_tokens"], rows[0]["host_pool_tokens"]) == (8400, 6400, 7680)
+    text = "\n".join(bench.host_lines(rows))
+    assert "8,400 filler tokens sent (GPU pool 6,400 tokens, host pool 7,680); served from storage 99%" in text
+    assert "  its host pool is small" in text and "SGLang served 0% of the prompt from host memory" in text
 
 
 def test_a_finding_only_where_l3_is_not_faster_and_the_repeat_is_named_by_its_source():

@@ -244,3 +244,54 @@ def test_sigterm_stops_the_stand_in_even_as_a_containers_pid_1(standin):
     os.kill(pid1, signal.SIGTERM)
     assert outer.wait(timeout=10) == 0
     assert "stopping on SIGTERM" in outer.stdout.read()
+
+
+def cached_by_source(port, prompt):
+    """SGLang's sglext.cached_tokens_details of a chat request that asks for it ({} when nothing was cached)."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", method="POST",
+                                 data=json.dumps({"model": "m", "messages": [{"role": "user", "content": prompt}],
+                                                  "return_cached_tokens_details": True}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        details = (json.loads(r.read()).get("sglext") or {}).get("cached_tokens_details") or {}
+    return {k: details[k] for k in ("device", "host", "storage") if k in details}
+
+
+@pytest.mark.parametrize("policy", ["write_through", "write_through_selective", "write_back"])
+def test_with_a_gpu_pool_a_prompt_pushed_off_the_gpu_comes_back_from_host_memory_as_sglangs_does(standin, policy):
+    """--max-total-tokens 40 and page 4: a GPU pool of 10 pages, a host pool of twice that (SGLang's ratio when unset).
+    Prompts of 5 pages: the second request of A is all GPU; after two fillers (10 pages, newer) A has left the GPU and
+    comes back from host memory: under write_through (copied at its first insert) and write_back (copied as it leaves
+    the GPU), not under write_through_selective after one request (copied only at a second hit)."""
+    port, _ = standin("--served-model-name", "m", "--page-size", "4", "--max-total-tokens", "40", "--enable-metrics",
+                      "--hicache-write-policy", policy)
+    a, b, c = (" ".join(f"{name}{i}" for i in range(20)) for name in "abc")
+    info = json.loads(get(f"http://127.0.0.1:{port}/server_info")[1])
+    assert (info["max_total_num_tokens"], info["hicache_ratio"]) == (40, 2.0)
+    assert cached_by_source(port, a) == {}  # new: prefilled
+    if policy == "write_through_selective":
+        assert cached_by_source(port, b) == {} and cached_by_source(port, c) == {}
+        assert cached_by_source(port, a) == {}, "A, seen once, was never copied to host: recomputed"
+        assert cached_by_source(port, a) == {"device": 20, "host": 0, "storage": 0}  # its second hit: now copied
+    else:
+        assert cached_by_source(port, a) == {"device": 20, "host": 0, "storage": 0}
+    assert cached_by_source(port, b) in ({}, {"device": 20, "host": 0, "storage": 0})
+    assert cached_by_source(port, " ".join(f"x{i}" for i in range(20))) == {}
+    assert cached_by_source(port, " ".join(f"y{i}" for i in range(20))) == {}  # the GPU holds x and y now
+    assert cached_by_source(port, a) == {"device": 0, "host": 20, "storage": 0}
+    text = get(f"http://127.0.0.1:{port}/metrics")[1]
+    assert 'sglang:cached_tokens_total{cache_source="host"} 20' in text
+    assert re.search(r'sglang:hicache_host_total_tokens\{[^}]*tp_rank="0"[^}]*\} 80', text), text
+    urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/flush_cache", method="POST"), timeout=10).close()
+    assert cached_by_source(port, a) == {}  # /flush_cache empties the GPU cache and the host pool
+
+
+def test_a_host_pool_too_small_for_the_filler_loses_the_prompt_first(standin):
+    """--hicache-ratio 1: a host pool as large as the GPU's. Under write_through every filler page is copied to host at
+    its insert; once A has left the GPU it is the oldest host-only page, so the host pool drops it to make room."""
+    port, _ = standin("--served-model-name", "m", "--page-size", "4", "--max-total-tokens", "40", "--hicache-ratio", "1")
+    a = " ".join(f"a{i}" for i in range(20))
+    assert cached_by_source(port, a) == {}
+    for filler in "xy":
+        assert cached_by_source(port, " ".join(f"{filler}{i}" for i in range(20))) == {}
+    assert cached_by_source(port, a) == {}

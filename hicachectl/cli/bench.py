@@ -1,4 +1,4 @@
-"""`hicachectl bench`: TTFT recomputed, from L3 and repeated (hicachectl/ops/bench.py measures), against a target: a
+"""`hicachectl bench`: TTFT recomputed, from L3 and from host memory (hicachectl/ops/bench.py measures), against a target: a
 server given by URL, an inventory's server through an SSH tunnel, or an inventory's router with every server behind
 it. Between recompute and L3 the target is reset: a restart (restart.yml, or the operator's command) or /flush_cache.
 Where L3 loses to recompute, the report says so as a finding with the settings that decide it."""
@@ -34,10 +34,13 @@ def bench(inventory: str | None = typer.Option(None, "--inventory", "-i", help="
                                     "(page files, O_DIRECT and queue depth as the backend; fio where the host has it) and say what share of "
                                     "that raw bandwidth SGLang's backend reached."),
           tier_bytes: int = typer.Option(1 << 30, "--tier-bytes", help="With --tier: bytes written to and read from each tier (removed after)."),
+          host_phase: bool = typer.Option(True, "--host-phase/--no-host-phase", help="Before the third phase, send unique filler prompts "
+                                          "of more tokens than each server's GPU pool, so the prompts come back from host memory "
+                                          "(costs the prefill of that many tokens per level); --no-host-phase: repeat without them."),
           json: bool = common.JsonOpt) -> None:
     """Time-to-first-token per concurrency level in three phases: recompute (cold), from L3 (after a restart or
-    /flush_cache, which keep only L3) and a repeat without reset; the L3/recompute ratio, the GB/s read from L3, and a
-    finding where L3 does not beat recompute (the VAST document's method, extended).
+    /flush_cache, which keep only L3) and from host memory (after filler traffic); the L3/recompute ratio, the GB/s
+    read from L3, and a finding where L3 does not beat recompute (the VAST document's method, extended).
 
     Exit 0: measured (a finding included); 1: the server failed or could not be reached; 2: usage.
     """
@@ -72,13 +75,14 @@ def bench(inventory: str | None = typer.Option(None, "--inventory", "-i", help="
     out = out or pathlib.Path(f"hicache-bench-{stamp}")
     with _bench_target(inventory, host, url, restart_command, router) as (target, label):
         common.say(f"bench {label}: {input_len} words x concurrency {levels}; recompute, then from L3 (warm after {target.reset_label}), "
-                   "then a repeat without reset")
+                   "then from host memory" + (" (filler traffic past the GPU pool)" if host_phase else " (--no-host-phase: a repeat)"))
         results = []
         try:
             info = benching.server_info(target.metrics_urls[0] if target.metrics_urls else target.base_url)
             with typer.progressbar(length=len(benching.PHASES) * sum(levels), label="requests", file=sys.stderr) as bar:
                 for level in levels:
-                    results.append(benching.run_level(target, level, input_len, salt, timeout=timeout, done=lambda: bar.update(1)))
+                    results.append(benching.run_level(target, level, input_len, salt, timeout=timeout, done=lambda: bar.update(1),
+                                                       host_phase=host_phase))
         except (benching.BenchError, OSError) as exc:
             common.say(f"error: {exc}")
             raise typer.Exit(common.EXIT_INVALID) from exc
@@ -93,20 +97,20 @@ def bench(inventory: str | None = typer.Option(None, "--inventory", "-i", help="
                          for r in results},
             **({"tier": tiers, "tier_share": share} if tier else {}),
             "warm_after": target.reset_label}  # the name before issue #35
-    for per_level in data["requests"].values():  # and its phases' names: cold = recompute, warm = l3
-        per_level.update(cold=per_level["recompute"], warm=per_level["l3"])
+    for per_level in data["requests"].values():  # and its phases' names: cold = recompute, warm = l3, repeat = host
+        per_level.update(cold=per_level["recompute"], warm=per_level["l3"], repeat=per_level["host"])
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(jsonlib.dumps(data, indent=2) + "\n")
     written = [out / "bench.json"]
     try:
-        benching.chart(rows, out / "bench.png", f"{label}: TTFT recomputed, from L3, repeated; ~{input_len} tokens, OSL 1")
+        benching.chart(rows, out / "bench.png", f"{label}: TTFT recomputed, from L3, from host memory; ~{input_len} tokens, OSL 1")
         written.append(out / "bench.png")
     except benching.ChartUnavailable as exc:  # measured all the same: exit 0, the table and bench.json, no PNG
         common.say(f"note: no bench.png: {exc}")
     # a tier that could not be read is a host that failed (exit 1), after everything measured is reported and written
     code = common.EXIT_INVALID if any(r.get("gbps") is None for r in tiers.values()) else common.EXIT_OK
     common.finish(code, json, {**data, "chart": str(written[1]) if len(written) > 1 else None},
-                  [report.table(benching.TABLE_HEADERS, benching.table_rows(rows)), benching.REPEAT_NOTE,
+                  [report.table(benching.TABLE_HEADERS, benching.table_rows(rows)), benching.HOST_NOTE, *benching.host_lines(rows),
                    *([] if per_token else [f"L3 read GB/s: {basis}"]), *benching.finding_lines(found),
                    *benching.tier_lines(tiers, share), f"wrote {' and '.join(map(str, written))}"])
 

@@ -1,5 +1,5 @@
-"""Time-to-first-token in three phases per concurrency level (the seeds' cold and warm, and a repeat), and whether
-L3 beats recomputing the prompt (issue #35).
+"""Time-to-first-token in three phases per concurrency level (the seeds' cold and warm, and from host memory), and
+whether L3 beats recomputing the prompt (issue #35).
 
 For each concurrency level c, c unique prompts (a fresh salt: nothing of them is cached anywhere) are sent at once
 and their TTFT measured from the stream. Output length is 1, as in the seeds (ISL~120k, OSL=1). Three phases:
@@ -11,15 +11,24 @@ and their TTFT measured from the stream. Output length is 1, as in the seeds (IS
   (_reset_full, mem_cache/unified_radix_cache.py:416-453) drops the whole tree, device and host nodes, resets the cache
   controller and calls mem_pool_host.clear(): the device cache and the host pool go, the storage backend is not
   touched. Both resets therefore leave L3 alone and nothing else;
-- repeat: the same prompts a third time without any reset. SGLang 0.5.23 has no reset that empties the device cache
-  and keeps the host pool (/flush_cache clears both, above; /release_memory_occupation with the kv_cache tag calls the
-  same flush_cache, managers/scheduler_components/weight_updater.py:351-366), so a phase "from host memory" cannot be
-  forced. This phase is what the server has now, and where its cached tokens came from is what SGLang says: the
-  scheduler's sglang:cached_tokens_total{cache_source=device|host|storage} (observability/metrics_collector.py
-  2118-2130), else the response's sglext.cached_tokens_details {device, host, storage}, which a chat request with
-  return_cached_tokens_details gets (entrypoints/openai/protocol.py CachedTokensDetails; serving_chat.py;
-  managers/scheduler_components/output_streamer.py get_cached_tokens_details). It is labelled with that source, and
-  called host memory only when SGLang counts the tokens as host hits.
+- host: the same prompts a third time, after filler traffic has pushed them off the GPU. SGLang 0.5.23 has no reset
+  that empties the device cache and keeps the host pool (/flush_cache clears both, above; /release_memory_occupation
+  with the kv_cache tag calls the same flush_cache, managers/scheduler_components/weight_updater.py:351-366), so bench
+  evicts (evict_gpu): unique prompts of the level's length, more tokens than the GPU pool holds (/server_info's
+  max_total_num_tokens, per DP replica: managers/scheduler.py get_init_info) plus the level's own. The radix tree
+  evicts its least recently used leaves first (mem_cache/evict_policy.py; unified_cache/unified_tree_core.py
+  evict_device_leaf), so the prompts leave the GPU before any filler does, and a page with a host copy stays in the
+  tree, host only (_demote): the L3 phase put them there (the prefetch lands in the host pool). The host pool keeps
+  them if it can hold the filler too (write_through copies every page to host at its first insert, write_back at its
+  eviction; write_through_selective only at the second, so a filler seen once takes no room: unified_radix_cache.py
+  558-560, 1024-1052), which bench checks against sglang:hicache_host_total_tokens (metrics_collector.py 776), else
+  hicache_ratio x the GPU pool (mem_cache/pool_host/base.py 221-229). Where the phase's cached tokens came from is
+  what SGLang says, never assumed: the scheduler's sglang:cached_tokens_total{cache_source=device|host|storage}
+  (observability/metrics_collector.py 2118-2130), else the response's sglext.cached_tokens_details {device, host,
+  storage}, which a chat request with return_cached_tokens_details gets (entrypoints/openai/protocol.py
+  CachedTokensDetails; serving_chat.py; managers/scheduler_components/output_streamer.py get_cached_tokens_details;
+  host = the tokens loaded back from the host pool, managers/schedule_batch.py split_cached_prefix_by_tier). A server
+  whose /server_info has no max_total_num_tokens gets no filler: the phase is then a repeat of what it holds.
 
 The L3 phase's read rate: SGLang exports the tokens its prefetch moved from L3 into host memory,
 sglang:prefetched_tokens_total (StorageMetricsCollector, observability/metrics_collector.py:2212; logged by
@@ -61,7 +70,8 @@ from hicachectl.ops import metrics
 SOURCES = ("device", "host", "storage")
 PREFETCHED = "sglang:prefetched_tokens_total"
 PREFETCH_BANDWIDTH = "sglang:prefetch_bandwidth"
-PHASES = ("recompute", "l3", "repeat")
+PHASES = ("recompute", "l3", "host")
+HOST_TOTAL = "sglang:hicache_host_total_tokens"  # the host pool's tokens (metrics_collector.py 776; metrics_reporter.py 1238)
 
 
 class BenchError(RuntimeError):
@@ -144,12 +154,26 @@ def served_from(shares: dict[str, Any] | None) -> str:
 
 
 @dataclasses.dataclass
+class Eviction:
+    """The filler sent before the host phase, over every server of the target."""
+    filler_tokens: int  # prompt tokens sent (0: none)
+    gpu_tokens: int | None  # the GPU pools it had to exceed (max_total_num_tokens x DP), summed; None: unknown
+    host_tokens: int | None  # the host pools, summed; None: unknown
+    notes: list[str] = dataclasses.field(default_factory=list)  # why the prompts may not be in host memory after it
+
+
+@dataclasses.dataclass
 class Level:
     concurrency: int
     recompute: Phase
     l3: Phase
-    repeat: Phase | None
+    host: Phase | None  # the prompts again after evict_gpu (module docstring)
     backed_up_tokens: float | None
+    eviction: Eviction | None = None
+
+    @property
+    def repeat(self) -> Phase | None:  # the name before the host phase was forced
+        return self.host
 
     @property
     def cold(self) -> Phase:  # the name before issue #35
@@ -315,7 +339,63 @@ def flush_cache(target: Target) -> None:
         raise
 
 
-def run_level(target: Target, concurrency: int, input_len: int, salt: str, *, timeout: float, done: Callable[[], None]) -> Level:
+def gpu_pool_tokens(info: dict[str, Any]) -> int | None:
+    """A server's GPU KV pool in tokens, every DP replica's: /server_info's max_total_num_tokens is the first
+    scheduler's (managers/scheduler.py get_init_info; utils/common.py build_server_info), one DP replica's pool."""
+    tokens = info.get("max_total_num_tokens")
+    return int(tokens) * int(info.get("dp_size") or 1) if isinstance(tokens, (int, float)) and tokens > 0 else None
+
+
+def host_pool_tokens(info: dict[str, Any], metrics_text: str | None) -> int | None:
+    """A server's host pool in tokens: sglang:hicache_host_total_tokens (the pool SGLang allocated, after its
+    auto-sizing, hicache_auto_size.py), else hicache_ratio x the GPU pool (pool_host/base.py 221-229; SGLang's ratio
+    is 2 when unset, hicache_hook.py); None when --hicache-size sets it (GB per rank: bytes per token unknown here)."""
+    gauge = metrics.total(metrics_text, HOST_TOTAL)
+    if gauge:
+        return int(gauge)
+    gpu = gpu_pool_tokens(info)
+    if gpu is None or info.get("hicache_size"):
+        return None
+    return int(gpu * float(info.get("hicache_ratio") or 2.0))
+
+
+def evict_gpu(target: Target, model: str, input_len: int, salt: str, level_tokens: int, width: int, timeout: float) -> Eviction:
+    """Push the level's prompts off every server's GPU (module docstring): per server, unique prompts of the level's
+    length until their tokens exceed its GPU pool plus the level's prompts, `width` at once, sent to the server itself
+    (behind a router, to each server: the router would not spread them evenly). Notes say why the prompts may not be
+    in host memory afterwards."""
+    servers = target.metrics_urls or [target.base_url]
+    sent, gpu_total, host_total, notes = 0, 0, 0, []
+    for n, url in enumerate(servers):
+        info = server_info(url)
+        gpu = gpu_pool_tokens(info)
+        if gpu is None:
+            notes.append(f"{url}/server_info has no max_total_num_tokens: no filler sent, so the phase repeats what the server holds")
+            gpu_total = host_total = None
+            continue
+        host = host_pool_tokens(info, read_metrics(url))
+        need = gpu + level_tokens
+        # what the host pool must hold besides the prompts: the filler, unless only pages hit twice are copied
+        kept = 0 if info.get("hicache_write_policy") == "write_through_selective" else need
+        if host is not None and host < kept + level_tokens:
+            notes.append(f"{url}: its host pool ({host:,} tokens) cannot hold the filler ({need:,}) and the prompts ({level_tokens:,}): "
+                         "they are evicted from host memory too (raise --hicache-ratio, or bench fewer prompts at once)")
+        gpu_total = None if gpu_total is None else gpu_total + gpu
+        host_total = None if host is None or host_total is None else host_total + host
+        filled, i = 0, 0
+        while filled < need:
+            bodies = [json.dumps(prompts.chat_request(model, prompts.prompt(f"{salt}-filler-{n}-{i + j}", input_len), stream=True)).encode()
+                      for j in range(width)]
+            # a server that counts no prompt token still gets filled: each prompt counted at the length asked
+            filled += sum(r.prompt_tokens or input_len for r in send_all(url, bodies, timeout, lambda: None))
+            i += width
+        sent += filled
+    return Eviction(sent, gpu_total, host_total, notes)
+
+
+def run_level(target: Target, concurrency: int, input_len: int, salt: str, *, timeout: float, done: Callable[[], None],
+              host_phase: bool = True) -> Level:
+    """The level's three phases (module docstring); host_phase=False: no filler, the third phase repeats the prompts."""
     model = target.model or server_model(target.base_url)
     # The responses' cache sources: asked of a server directly; a router (smg) may not pass SGLang's extension fields
     # on, so behind one the sources come from the servers' /metrics alone.
@@ -333,8 +413,11 @@ def run_level(target: Target, concurrency: int, input_len: int, salt: str, *, ti
         target.reset()
     wait_healthy(target.base_url, timeout)
     l3 = measure(target, bodies, timeout, done)
-    repeat = measure(target, bodies, timeout, done)  # no reset: whatever the server holds now (module docstring)
-    return Level(concurrency, recompute, l3, repeat, backed_up)
+    eviction = None
+    if host_phase:
+        eviction = evict_gpu(target, model, input_len, salt, l3.prompt_tokens, concurrency, timeout)
+    host = measure(target, bodies, timeout, done)
+    return Level(concurrency, recompute, l3, host, backed_up, eviction)
 
 
 def l3_bytes_per_token(config: str | None, info: dict[str, Any]) -> tuple[float | None, str]:
@@ -365,7 +448,8 @@ def _significant(value: float, digits: int = 4) -> float:
 
 def summary(levels: list[Level], bytes_per_token: float | None = None) -> list[dict[str, Any]]:
     """One row per level. The keys cold_* and warm_* (and warm_storage_share) are the recompute and l3 phases under
-    their names before issue #35, kept for the readers of bench.json that use them."""
+    their names before issue #35, and repeat_* the host phase's before it was forced, kept for the readers of bench.json
+    that use them."""
     rows = []
     for level in levels:
         l3 = level.l3
@@ -375,7 +459,8 @@ def summary(levels: list[Level], bytes_per_token: float | None = None) -> list[d
             found = l3.cached_from()
             read_tokens = found[0]["storage"] if found else float(sum(r.cached_tokens for r in l3.requests))
         read_bytes = None if bytes_per_token is None else read_tokens * bytes_per_token
-        phases = {"recompute": level.recompute, "l3": l3, "repeat": level.repeat}
+        phases = {"recompute": level.recompute, "l3": l3, "host": level.host}
+        eviction = level.eviction
         row = {
             "concurrency": level.concurrency,
             **{f"{name}_{stat}_s": round(phase.ttft(stat), 3) for name, phase in phases.items() if phase for stat in ("mean", "p50", "p90")},
@@ -390,14 +475,21 @@ def summary(levels: list[Level], bytes_per_token: float | None = None) -> list[d
             "l3_read_bytes": None if read_bytes is None else round(read_bytes),
             "l3_read_gbps": None if read_bytes is None or not l3.seconds else _significant(read_bytes / l3.seconds / 1e9),
             "l3_op_gbps": None if l3.op_gbps is None else _significant(l3.op_gbps),
-            "repeat_sources": level.repeat.source_shares() if level.repeat else None,
-            "repeat_served_from": served_from(level.repeat.source_shares()) if level.repeat else None,
+            "host_sources": level.host.source_shares() if level.host else None,
+            "host_served_from": served_from(level.host.source_shares()) if level.host else None,
+            "host_filler_tokens": eviction.filler_tokens if eviction else 0,
+            "host_gpu_pool_tokens": eviction.gpu_tokens if eviction else None,
+            "host_pool_tokens": eviction.host_tokens if eviction else None,
+            "host_notes": list(eviction.notes) if eviction else ["no filler sent (--no-host-phase): the phase repeats what the server holds"],
             "backed_up_tokens": level.backed_up_tokens,
         }
         # the names before issue #35 (docs/bench-sample.json, tests/fleet): cold = recompute, warm = l3
         row.update({f"cold_{stat}_s": row[f"recompute_{stat}_s"] for stat in ("mean", "p50", "p90")})
         row.update({f"warm_{stat}_s": row[f"l3_{stat}_s"] for stat in ("mean", "p50", "p90")})
         row["warm_storage_share"] = row["l3_storage_share"]
+        # the host phase's names before it was forced: a repeat without reset
+        row.update({f"repeat_{stat}_s": row[f"host_{stat}_s"] for stat in ("mean", "p50", "p90") if f"host_{stat}_s" in row})
+        row["repeat_sources"], row["repeat_served_from"] = row["host_sources"], row["host_served_from"]
         rows.append(row)
     return rows
 
@@ -493,13 +585,32 @@ def table_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
     return [[str(r["concurrency"]), str(r["prompt_tokens"]), ttft(r, "recompute"), ttft(r, "l3"),
              f"{r['l3_recompute_ratio']:.2f}" + (" LOSES" if r["l3_loses"] else ""), share(r["l3_storage_share"]),
              "-" if r["l3_read_gbps"] is None else f"{r['l3_read_gbps']:.3g}",
-             ttft(r, "repeat"), r["repeat_served_from"] or "-"] for r in rows]
+             ttft(r, "host"), r["host_served_from"] or "-"] for r in rows]
 
 
 TABLE_HEADERS = ["concurrency", "prompt tokens", "recompute TTFT s mean/p50/p90", "from L3 TTFT s mean/p50/p90", "L3/recompute",
-                 "tokens from L3", "L3 read GB/s", "repeat (no reset) TTFT s mean/p50/p90", "repeat served from"]
-REPEAT_NOTE = ("repeat: the same prompts again without a reset; SGLang has no reset that empties the GPU cache and keeps "
-               "host memory (/flush_cache empties both), so its source is whatever SGLang reports (cache_source).")
+                 "tokens from L3", "L3 read GB/s", "host memory TTFT s mean/p50/p90", "host phase served from"]
+HOST_NOTE = ("host memory: the same prompts after filler traffic larger than the GPU pool pushed them off the GPU (SGLang has "
+             "no reset that empties the GPU cache and keeps host memory); 'served from' is where SGLang says the cached "
+             "tokens came from (cache_source), not an assumption.")
+
+
+def host_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """Per level, the filler sent and what may keep its host phase from host memory; a finding-like line where SGLang
+    served less than half of the prompt from host memory."""
+    lines = []
+    for r in rows:
+        pools = ""
+        if r.get("host_gpu_pool_tokens") is not None:
+            host = "unknown" if r.get("host_pool_tokens") is None else f"{r['host_pool_tokens']:,}"
+            pools = f" (GPU pool {r['host_gpu_pool_tokens']:,} tokens, host pool {host})"
+        lines.append(f"host phase, concurrency {r['concurrency']}: {r['host_filler_tokens']:,} filler tokens sent{pools}; "
+                     f"served from {r.get('host_served_from') or 'unknown'}")
+        lines += [f"  {note}" for note in r.get("host_notes") or []]
+        share = (r.get("host_sources") or {}).get("host")
+        if share is not None and share < 0.5:
+            lines.append(f"  SGLang served {share:.0%} of the prompt from host memory: this phase is not a host-memory measurement")
+    return lines
 
 
 # `bench --tier`: the reads SGLang 0.5.23's backends make, for plugins/modules/hicache_tier_bench.py to repeat.
@@ -595,7 +706,7 @@ def chart(rows: list[dict[str, Any]], path, title: str) -> None:
     figure, axes = pyplot.subplots(figsize=(7, 4.2), dpi=120)
     x = [r["concurrency"] for r in rows]
     for phase, label, colour in (("recompute", "recompute", "#c0392b"), ("l3", "from L3", "#2471a3"),
-                                 ("repeat", "repeat, no reset", "#7d8c8d")):
+                                 ("host", "host memory", "#7d8c8d")):
         if not all(f"{phase}_mean_s" in r for r in rows):
             continue
         axes.plot(x, [r[f"{phase}_mean_s"] for r in rows], marker="o", color=colour, label=f"{label} (mean)")

@@ -19,14 +19,16 @@ the tests need to observe:
   A warm request's time includes the time the backends took to read its pages from the tier (measured). SGLang's
   prefetch threshold holds (max(prefetch_threshold, page size), 256 tokens by default): a prompt of fewer full-page
   tokens is not looked up in L3, and a hit of fewer is not loaded (counted unfulfilled, reason below_threshold);
-  every prompt counts as new to the GPU and host tiers, which the stand-in does not have;
+  every prompt counts as new to the GPU and host tiers unless SGLang's --max-total-tokens is given: then the stand-in
+  models the GPU pool of that many tokens and the host pool (--hicache-ratio, --hicache-size) with SGLang's LRU
+  eviction and write policies (KvTiers), a hit counts from each by source, and /flush_cache empties both;
 - /server_info: the server arguments the tests compare (served_model_name, page_size, kv_cache_dtype,
   tp_size, pp_size, revision, hicache_storage_backend, hicache_write_policy, and the L3 read settings bench names:
   hicache_storage_prefetch_policy, hicache_storage_backend_extra_config, hicache_io_backend, hicache_mem_layout),
   under SGLang's names;
 - a chat request with return_cached_tokens_details gets SGLang's sglext.cached_tokens_details (device, host, storage,
   storage_backend; entrypoints/openai/serving_chat.py, output_streamer.py get_cached_tokens_details): every hit here
-  is from storage;
+  is from storage unless KvTiers models the GPU and host pools;
 - the runtime L3 backend API as SGLang 0.5.21-0.5.23 serves it (entrypoints/http_server.py, utils/auth.py): GET
   /hicache/storage-backend answers what is attached, DELETE detaches it (then no page is read or written; the metrics
   stay, as SGLang keeps its storage collector), both refused with SGLang's 400 without --admin-api-key and 401 without
@@ -47,6 +49,7 @@ import signal
 import sys
 import threading
 import time
+from collections import OrderedDict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 L3_CLEAR = "/hicache/storage-backend/clear"
@@ -91,6 +94,11 @@ def parse_args(argv):
     parser.add_argument("--hicache-storage-prefetch-policy", default="timeout")  # SGLang 0.5.23's default
     parser.add_argument("--hicache-io-backend", default="kernel")  # SGLang 0.5.23's default (arg_groups/fields/memory.py)
     parser.add_argument("--admin-api-key")
+    # SGLang's GPU pool size and host pool (arg_groups/fields/schedule.py max_total_tokens; memory.py hicache_ratio,
+    # hicache_size): with --max-total-tokens the stand-in models both pools (KvTiers)
+    parser.add_argument("--max-total-tokens", type=int)
+    parser.add_argument("--hicache-ratio", type=float, default=2.0)  # SGLang's value when unset (hicache_hook.py 119-122)
+    parser.add_argument("--hicache-size", type=int, default=0)  # GB per rank; overrides the ratio
     parser.add_argument("--enable-metrics", action="store_true")
     parser.add_argument("--enable-cache-report", action="store_true")
     args, _ = parser.parse_known_args(argv)  # every other SGLang flag is accepted and ignored
@@ -117,6 +125,88 @@ def extra_config(args):
     return json.loads(raw)
 
 
+class KvTiers:
+    """SGLang's GPU KV pool and HiCache host pool, as far as bench's host-memory phase needs them (issue #35). Modelled
+    only when the command line gives SGLang's --max-total-tokens (the GPU pool; /server_info's max_total_num_tokens);
+    without it every prompt is new to both, as before. Read in SGLang 0.5.23 (python/sglang/srt/):
+    - a prompt's cached prefix is its leading pages on the GPU, then the next ones found in the host pool, loaded back
+      (mem_cache/unified_radix_cache.py load_back); those count as "host" (managers/schedule_batch.py
+      split_cached_prefix_by_tier), the rest of a hit read from L3 as "storage";
+    - the pages a request uses go on the GPU as the most recent; when the pool is full the least recently used leaves
+      go first (mem_cache/evict_policy.py lru; unified_cache/unified_tree_core.py evict_device_leaf): a page with a
+      host copy stays in the tree, host only (_demote); one without is dropped (write_through) or copied first
+      (write_back: unified_radix_cache.py _evict_components);
+    - a page is copied to host once its hits, counted at insert, reach the write-through threshold: 1 under
+      write_through, 2 under write_through_selective (unified_radix_cache.py 558-560), never at insert under
+      write_back; pages read from L3 land in the host pool (the prefetch);
+    - the host pool holds hicache_ratio x the GPU pool, or --hicache-size GB per rank (mem_cache/pool_host/base.py
+      221-229); when it is full its least recently used host-only page goes (evict_host; unified_cache/components/full.py
+      drive_host_eviction), and a page it cannot make room for is not copied;
+    - /flush_cache empties both (unified_radix_cache.py _reset_full), as a restart does.
+    A list of pages per pool, not a tree: a request's pages are touched last one first, so its tail leaves first, as a
+    tree's leaves do."""
+
+    def __init__(self, args, bytes_per_token: int):
+        self.page = args.page_size
+        self.policy = args.hicache_write_policy
+        self.device_pages = args.max_total_tokens // self.page
+        host_tokens = args.hicache_size * 10**9 // bytes_per_token if args.hicache_size else int(args.max_total_tokens * args.hicache_ratio)
+        self.host_pages = host_tokens // self.page
+        self.device, self.host, self.hits = OrderedDict(), OrderedDict(), {}
+
+    @property
+    def host_tokens(self) -> int:
+        return self.host_pages * self.page
+
+    def match(self, keys: list[str]) -> tuple[int, int]:
+        """(pages on the GPU, pages after those in the host pool) at the head of `keys`."""
+        on_device = 0
+        while on_device < len(keys) and keys[on_device] in self.device:
+            on_device += 1
+        in_host = on_device
+        while in_host < len(keys) and keys[in_host] in self.host:
+            in_host += 1
+        return on_device, in_host - on_device
+
+    def use(self, keys: list[str], from_l3: list[str]) -> None:
+        """A request's pages: those read from L3 land in the host pool (the prefetch); the GPU makes room for the
+        request, least recently used first (write_back copies what it evicts to host); then, as the request is inserted,
+        each page's hit is counted and the page copied to host at the policy's threshold."""
+        for key in from_l3:
+            self._to_host(key)
+        for key in reversed(keys):  # the head most recent: a tail leaves first, as a tree's leaves do
+            self.device[key] = None
+            self.device.move_to_end(key)
+        while len(self.device) > self.device_pages:
+            evicted, _ = self.device.popitem(last=False)
+            if self.policy == "write_back":
+                self._to_host(evicted)
+            if evicted not in self.host:
+                self.hits.pop(evicted, None)  # dropped from the tree (write_through without a copy)
+        threshold = {"write_through": 1, "write_through_selective": 2}.get(self.policy)
+        for key in keys:
+            self.hits[key] = self.hits.get(key, 0) + 1
+            if threshold and self.hits[key] >= threshold:
+                self._to_host(key)
+
+    def _to_host(self, key: str) -> None:
+        if key in self.host:
+            self.host.move_to_end(key)
+            return
+        if len(self.host) >= self.host_pages:
+            host_only = next((k for k in self.host if k not in self.device), None)
+            if host_only is None:
+                return  # no room: not copied
+            del self.host[host_only]
+            self.hits.pop(host_only, None)
+        self.host[key] = None
+
+    def flush(self) -> None:
+        self.device.clear()
+        self.host.clear()
+        self.hits.clear()
+
+
 class Server:
     def __init__(self, args):
         self.args = args
@@ -132,7 +222,12 @@ class Server:
         self.no_backend_api = os.environ.get("STANDIN_NO_STORAGE_BACKEND_API") == "1"
         self.lock = threading.Lock()
         self.gpu = threading.Lock()
-        self.metrics = {"prompt_tokens_total": 0, "storage_hit": 0, "prefetch_hit": 0, "backuped": 0, "requests": 0}
+        self.metrics = {"prompt_tokens_total": 0, "storage_hit": 0, "prefetch_hit": 0, "backuped": 0, "requests": 0, "device_hit": 0, "host_hit": 0}
+        self.tiers = None  # KvTiers with --max-total-tokens: the GPU and host pools
+        if args.max_total_tokens:
+            import sglang_pages  # its model's bytes per token and SGLang's page keys; no torch at import
+            model = sglang_pages.MODEL
+            self.tiers = KvTiers(args, 2 * model["layer_num"] * model["head_num"] * model["head_dim"] * 2)
         self.l3_seconds = {"cold": [], "warm": []}  # per request: SGLang's backend's lookup, read and write-through
         # per request, as served: from its arrival to its first token (queue, L3 work, prefill and the sleeps' overshoot)
         self.served_ttft = {"cold": [], "warm": []}
@@ -170,38 +265,49 @@ class Server:
                 self.queued -= 1
                 self.running += 1
             started = time.perf_counter()
-            keys, hit_pages, found = [], 0, 0
+            keys, hit_pages, found, on_device, in_host = [], 0, 0, 0, 0
             pages = self.pages if self.attached else None  # detached at runtime: no L3 read or write
-            if pages:
+            if pages or self.tiers:
                 import sglang_pages
                 keys = sglang_pages.page_keys(sglang_pages.token_ids(tokens), self.args.page_size)
+            if self.tiers:
+                on_device, in_host = self.tiers.match(keys)
+            local = on_device + in_host  # pages the GPU or the host pool has (none without KvTiers)
+            if pages:
                 # SGLang 0.5.23's threshold (managers/cache_controller.py: max(prefetch_threshold, page_size)) and its
                 # two uses (mem_cache/unified_radix_cache.py): a prefix of fewer page-aligned new tokens is not looked
-                # up in L3 at all, and a hit of fewer tokens is not loaded ("below_threshold"). Every prompt here is
-                # new to the GPU and host tiers (the stand-in has none), so all its full pages count.
+                # up in L3 at all, and a hit of fewer tokens is not loaded ("below_threshold"). New: the full pages
+                # after those the GPU or the host pool has.
                 threshold = max(pages.prefetch_threshold, self.args.page_size)
-                if len(keys) * self.args.page_size >= threshold:
-                    found = pages.hits(keys)
+                if (len(keys) - local) * self.args.page_size >= threshold:
+                    found = pages.hits(keys[local:])
                 if found * self.args.page_size >= threshold:  # read from the tier by SGLang's backend
-                    hit_pages, _ = pages.load(keys[:found])
+                    hit_pages, _ = pages.load(keys[local:local + found])
                     time.sleep(self.l3_read_delay * hit_pages)  # STANDIN_L3_READ_DELAY: a slower tier, per page read
             cached = hit_pages * self.args.page_size
             written = 0
             if pages and self.args.hicache_write_policy != "write_back":  # write-through of the pages not yet in L3
-                written = pages.store(keys[hit_pages:]) * self.args.page_size
+                written = pages.store(keys[local + hit_pages:]) * self.args.page_size
+            if self.tiers:
+                self.tiers.use(keys, keys[local:local + hit_pages])
             l3_seconds = time.perf_counter() - started
-            time.sleep(((len(tokens) - cached) * self.prefill_us + cached * self.load_us) / 1e6)
+            # the GPU's own pages cost nothing; the host pool's and L3's are copied to the GPU
+            from_host, from_device = in_host * self.args.page_size, on_device * self.args.page_size
+            loaded = cached + from_host
+            time.sleep(((len(tokens) - loaded - from_device) * self.prefill_us + loaded * self.load_us) / 1e6)
             with self.lock:
                 self.running -= 1
         with self.lock:
             self.metrics["prompt_tokens_total"] += len(tokens)
             self.metrics["storage_hit"] += cached
+            self.metrics["device_hit"] += from_device
+            self.metrics["host_hit"] += from_host
             self.metrics["prefetch_hit"] += found * self.args.page_size  # found in L3, loaded or not
             self.metrics["backuped"] += written
             self.metrics["requests"] += 1
             if pages:
                 self.l3_seconds["warm" if cached else "cold"].append(l3_seconds)
-        return len(tokens), cached
+        return len(tokens), {"device": from_device, "host": from_host, "storage": cached}
 
     def observe_ttft(self, seconds, streaming):
         """SGLang's sglang:time_to_first_token_seconds (labels model_name, engine_type, is_streaming)."""
@@ -224,6 +330,8 @@ class Server:
         lines = [
             f'sglang:prompt_tokens_total{{model_name="{self.args.served_model_name}"}} {m["prompt_tokens_total"]}\n',
             f'sglang:cached_tokens_total{{cache_source="storage"}} {m["storage_hit"]}\n',
+            *([f'sglang:cached_tokens_total{{cache_source="device"}} {m["device_hit"]}\n',
+               f'sglang:cached_tokens_total{{cache_source="host"}} {m["host_hit"]}\n'] if self.tiers else []),
             f'sglang:num_requests_total {m["requests"]}\n',
         ]
         for storage in self.storage_labels():
@@ -233,6 +341,9 @@ class Server:
         for pp in range(self.args.pp_size):
             sched = f'model_name="{self.args.served_model_name}",engine_type="unified",tp_rank="0",pp_rank="{pp}",moe_ep_rank="0"'
             lines += [f"sglang:num_running_reqs{{{sched}}} {self.running}\n", f"sglang:num_queue_reqs{{{sched}}} {self.queued}\n"]
+            if self.tiers:  # the host pool's gauges (metrics_collector.py 770-780; metrics_reporter.py _log_hicache_stats)
+                lines += [f"sglang:hicache_host_total_tokens{{{sched}}} {self.tiers.host_tokens}\n",
+                          f"sglang:hicache_host_used_tokens{{{sched}}} {len(self.tiers.host) * self.tiers.page}\n"]
         for streaming, counts in sorted(self.ttft_counts.items()):
             labels = f'model_name="{self.args.served_model_name}",engine_type="unified",is_streaming="{streaming}"'
             lines += [f'sglang:time_to_first_token_seconds_bucket{{{labels},le="{float(b)}"}} {c}\n' for b, c in zip(TTFT_BUCKETS, counts, strict=True)]
@@ -307,7 +418,10 @@ def handler_for(server):
                                        "hicache_storage_backend_extra_config": args.hicache_storage_backend_extra_config,
                                        "hicache_io_backend": args.hicache_io_backend, "hicache_mem_layout": args.hicache_mem_layout,
                                        # as SGLang 0.5.23 answers them: its ServerArgs' keys, and the argv after --config's merge
-                                       "api_key": None, "admin_api_key": args.admin_api_key, "launch_command": args.launch_command})
+                                       "api_key": None, "admin_api_key": args.admin_api_key, "launch_command": args.launch_command,
+                                       "hicache_ratio": args.hicache_ratio, "hicache_size": args.hicache_size,
+                                       # the first scheduler's GPU pool (managers/scheduler.py get_init_info), only when modelled
+                                       **({"max_total_num_tokens": args.max_total_tokens} if server.tiers else {})})
             if self.path == "/v1/models":
                 return self.send(200, {"object": "list", "data": [{"id": server.args.served_model_name, "object": "model"}]})
             if self.path == "/metrics" and server.args.enable_metrics:
@@ -339,7 +453,12 @@ def handler_for(server):
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
             if self.path == "/flush_cache":
                 refused = server.optional_admin_refusal(self.headers.get("Authorization"))
-                return self.send(*refused) if refused else self.send(200, "Cache flushed.\n", "text/plain")
+                if refused:
+                    return self.send(*refused)
+                if server.tiers:  # the GPU cache and the host pool, not L3 (unified_radix_cache.py _reset_full)
+                    with server.gpu:
+                        server.tiers.flush()
+                return self.send(200, "Cache flushed.\n", "text/plain")
             if self.path == L3_CLEAR:
                 # SGLang's L3 clear (entrypoints/http_server.py clear_hicache_storage_backend): on a shared tier NIXL's
                 # deletes every deployment's files (sglang#32693). The toolkit never sends it; the stand-in says so
@@ -354,7 +473,8 @@ def handler_for(server):
                 return self.send(404, {"error": f"model {body.get('model')} not found"})
             prompt = " ".join(m.get("content", "") for m in body.get("messages", []) if isinstance(m.get("content"), str))
             arrived = time.monotonic()
-            prompt_tokens, cached = server.prefill(prompt)
+            prompt_tokens, by_source = server.prefill(prompt)
+            cached = sum(by_source.values())
             ttft = time.monotonic() - arrived
             server.observe_ttft(ttft, bool(body.get("stream")))
             with server.lock:
@@ -362,11 +482,11 @@ def handler_for(server):
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": 1, "total_tokens": prompt_tokens + 1}
             if server.args.enable_cache_report:
                 usage["prompt_tokens_details"] = {"cached_tokens": cached}
-            # SGLang's breakdown (output_streamer.py get_cached_tokens_details): none without a cached token; the
-            # stand-in's only cache is L3
+            # SGLang's breakdown (output_streamer.py get_cached_tokens_details): none without a cached token; device
+            # and host are 0 unless --max-total-tokens models those pools (KvTiers)
             details = None
             if body.get("return_cached_tokens_details") and cached:
-                details = {"device": 0, "host": 0, "storage": cached, "storage_backend": server.attached}
+                details = {**by_source, "storage_backend": server.attached}
             if body.get("stream"):
                 return self.stream(usage, details)
             self.send(200, {"id": "standin", "object": "chat.completion", "model": server.args.served_model_name,
