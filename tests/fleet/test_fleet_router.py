@@ -358,7 +358,10 @@ def test_a_rolling_upgrade_through_the_router_fails_no_request_and_drains_each_s
 def test_the_shared_tier_proof_and_bench_through_the_router_warm_prompts_come_from_the_shared_tier(bed, tmp_path):
     fleet, servers, router, urls, router_url = bed
     # The image the rolling upgrade above left on the servers: the inventory's older one would be a downgrade, refused.
-    inv = inventory(bed, "bench", hicache_image="lmsysorg/sglang:v0.5.23-cu129")
+    # SGLang's --max-total-tokens gives each server a GPU pool of 4096 tokens (the stand-in then models it and the host
+    # pool, hicache_ratio 4 times as large), so bench's filler can push the prompts off the GPU before its host phase.
+    inv = inventory(bed, "bench", hicache_image="lmsysorg/sglang:v0.5.23-cu129", hicache_extra_args=["--max-total-tokens", "4096"],
+                    hicache_ratio=4)
     run = cli("deploy", "--inventory", str(inv))
     assert run.returncode == 0, run.stdout + run.stderr
     # the cross-server proof behind the router: each server restarted (drained from the router, put back) hits the
@@ -383,4 +386,10 @@ def test_the_shared_tier_proof_and_bench_through_the_router_warm_prompts_come_fr
         # every warm prompt came back from L3 (the stand-in loads 2 us per cached token, prefills 300 us per token)
         assert all(q["cached_tokens"] >= 1200 - 32 for q in warm), warm
         assert all(q["cached_tokens"] == 0 for q in cold), cold
+    # the host phase behind the router: the filler went to each server itself (GPU pool + the level's prompts each),
+    # and the router sent the prompts back to the server that held them, which served them from host memory
+    for row in levels.values():
+        assert row["host_gpu_pool_tokens"] == 4096 * len(servers) and row["host_notes"] == [], row
+        assert row["host_filler_tokens"] >= len(servers) * (4096 + row["concurrency"] * 1200), row
+        assert row["host_served_from"].startswith("host ") and row["host_sources"]["host"] >= 0.9, row
     assert (out / "bench.json").exists() and (out / "bench.png").exists()
