@@ -196,6 +196,10 @@ def main() -> None:
     print("\nratios (this run; no-op = the re-run, nothing to change; in brackets the same ratio of the floor):")
     print(f"  no-op, {big} hosts / {small} host, project cfg:          {project[0]['wall'] / project[1]['wall']:.2f}  (target <= 2.5)"
           f"  [floor {floor_big['wall'] / floor_small['wall']:.2f}]")
+    print(f"  no-op / floor, {small} host, project cfg:           {project[1]['wall'] / floor_small['wall']:.2f} wall, "
+          f"{project[1]['cpu'] / floor_small['cpu']:.2f} controller CPU  (target <= 1.15)")
+    print(f"  no-op, {big} hosts, project cfg:                     {project[0]['cpu']:.2f} controller CPU-s per host  (target <= 1.2)"
+          f"  [floor {floor_big['cpu']:.2f}]")
     print(f"  first run / no-op, {small} host, project cfg:          {results[small, 'project'][0]['wall'] / project[1]['wall']:.2f}  (target <= 1.5)")
     print(f"  defaults / project, no-op, {big} hosts:                {results[big, 'defaults'][1]['wall'] / project[0]['wall']:.2f}  (target >= 2)"
           f"  [floor {floors[big, 'defaults']['wall'] / floor_big['wall']:.2f}]")
