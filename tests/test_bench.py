@@ -111,7 +111,7 @@ def test_bench_reports_three_phases_the_ratio_and_the_l3_rate_as_table_json_and_
         assert row["recompute_mean_s"] >= WORDS * PREFILL_US / 1e6  # TTFT cannot beat the prefill it waits for
         # every phase in the text row: recompute, L3, ratio, share, GB/s, repeat, its source
         assert f"{row['recompute_mean_s']:.2f} / " in line and f"{row['l3_mean_s']:.2f} / " in line and f"{row['repeat_mean_s']:.2f} / " in line
-        assert f"{row['l3_recompute_ratio']:.2f}" in line and line.rstrip().endswith("storage 99%"), line
+        assert f"{row['l3_recompute_ratio']:.2f}" in line and line.rstrip().endswith("storage 99% (repeat: no filler)"), line
         # bytes from L3: the tokens SGLang's prefetch moved (sglang:prefetched_tokens_total) x the page bytes per token
         assert row["l3_read_tokens"] == c * loaded and row["l3_read_bytes"] == c * loaded * STANDIN_BYTES_PER_TOKEN
         assert row["l3_read_gbps"] == pytest.approx(row["l3_read_bytes"] / row["l3_seconds"] / 1e9, rel=1e-3)
@@ -185,8 +185,12 @@ def test_bench_pushes_the_prompts_off_the_gpu_so_its_third_phase_is_served_from_
     """A stand-in with SGLang's --max-total-tokens models the GPU pool (6400 tokens) and the host pool (--hicache-ratio 4:
     25600) with SGLang's LRU and write-through (tests/standin KvTiers). bench sends more filler tokens than the GPU holds
     before the third phase, so SGLang counts that phase's cached tokens as host hits; without the filler
-    (--no-host-phase) they are GPU hits; with a host pool too small to keep the prompts besides the filler (ratio 1.2),
-    they come from L3 again and bench says this phase is not a host-memory measurement."""
+    (--no-host-phase) they are GPU hits; with a host pool too small to keep the prompts besides the filler (ratio 1.7:
+    10,880 tokens against 10,000 of filler and 2,000 of prompts), they come from L3 again and bench says so and that
+    this phase is not a host-memory measurement. Under write_through_selective (a page copied to host and L3 at its
+    second hit; bench sends the prompts twice) and write_back (only what the GPU evicts is copied: at level 2, 5,600 of
+    12,000 filler tokens, 4,000 more as the prompts come back, beside their 4,000: 2.2 x 6,400 holds them, where
+    write_through would need 16,000), a smaller host pool keeps them: from host memory at every level, no note."""
     prefill, load = 200, 20
     env = {"STANDIN_PREFILL_US_PER_TOKEN": str(prefill), "STANDIN_LOAD_US_PER_TOKEN": str(load)}
     flags = ("--served-model-name", "bench", "--page-size", str(PAGE), "--hicache-storage-backend", "file", "--enable-metrics",
@@ -201,7 +205,7 @@ def test_bench_pushes_the_prompts_off_the_gpu_so_its_third_phase_is_served_from_
         assert row["host_served_from"] == "host 99%", row
         assert row["host_sources"] == {"device": 0.0, "host": round(loaded / WORDS, 4), "storage": 0.0, "basis": "metrics"}
         assert (row["host_gpu_pool_tokens"], row["host_pool_tokens"]) == (6400, 25600) and row["host_notes"] == []
-        assert 6400 + c * WORDS <= row["host_filler_tokens"] < 6400 + c * WORDS + c * WORDS  # past the GPU pool, in whole rounds
+        assert 6400 + c * WORDS <= row["host_filler_tokens"] < 6400 + c * WORDS + WORDS  # past the GPU pool, by less than a prompt
         assert row["host_mean_s"] < row["recompute_mean_s"] and row["host_mean_s"] >= (loaded * load + (WORDS - loaded) * prefill) / 1e6
     assert all(r["cached_by_source"] == {"device": 0, "host": loaded, "storage": 0} for r in data["requests"]["2"]["host"])
     text = cli("bench", "--url", f"http://127.0.0.1:{port}", "--concurrency", "1", "--input-len", str(WORDS), "--out", str(tmp_path / "b"),
@@ -209,12 +213,19 @@ def test_bench_pushes_the_prompts_off_the_gpu_so_its_third_phase_is_served_from_
     assert "host phase, concurrency 1: 0 filler tokens sent; served from device 99%" in text, text
     assert "no filler sent (--no-host-phase)" in text and "not a host-memory measurement" in text
     assert l3_clears(proc, port) == 0
-    small, small_proc = standin(*flags, "--hicache-ratio", "1.2", env=env)
+    small, small_proc = standin(*flags, "--hicache-ratio", "1.7", env=env)
     text = cli("bench", "--url", f"http://127.0.0.1:{small}", "--concurrency", "1", "--input-len", str(WORDS), "--out", str(tmp_path / "c"),
                check_rc=0).stdout
-    assert "its host pool (7,680 tokens) cannot hold the filler (8,400) and the prompts (2,000)" in text, text
+    assert "its host pool (10,880 tokens) cannot hold the filler it keeps (10,000) and the prompts (2,000)" in text, text
     assert "served from storage 99%" in text and "SGLang served 0% of the prompt from host memory" in text, text
     assert l3_clears(small_proc, small) == 0
+    for policy, ratio in (("write_through_selective", "1.5"), ("write_back", "2.2")):
+        other, other_proc = standin(*flags, "--hicache-ratio", ratio, "--hicache-write-policy", policy, env=env)
+        data = json.loads(cli("bench", "--url", f"http://127.0.0.1:{other}", "--concurrency", "1,2", "--input-len", str(WORDS),
+                              "--out", str(tmp_path / policy), "--json", check_rc=0).stdout)
+        for row in data["levels"]:
+            assert row["l3_storage_share"] > 0.98 and row["host_served_from"] == "host 99%" and row["host_notes"] == [], (policy, row)
+        assert l3_clears(other_proc, other) == 0
 
 def test_bench_never_names_sglangs_l3_clear():
     """The route is not in the bench's code at all (tests/unit/ops/test_no_l3_clear.py scans everything shipped)."""
@@ -266,12 +277,21 @@ def _level(c: int, recompute: float, l3: float, repeat_sources=None) -> bench.Le
 
 def test_the_host_phase_reads_sglangs_pools_and_says_when_the_host_pool_cannot_keep_the_prompts():
     info = {"max_total_num_tokens": 6400, "dp_size": 2, "hicache_ratio": 3.0}
-    assert bench.gpu_pool_tokens(info) == 12800 and bench.gpu_pool_tokens({}) is None  # per DP replica, x DP
-    assert bench.host_pool_tokens(info, None) == 38400  # hicache_ratio x the GPU pool, without the gauge
+    assert bench.gpu_pool_tokens(info) == 6400 and bench.gpu_pool_tokens({}) is None  # one scheduler's
+    # the schedulers: DP replicas x attention-DP groups (0.5.23 resolves --dp-size N --enable-dp-attention to attn_dp_size N)
+    assert bench.dp_replicas(info) == 2 and bench.dp_replicas({"dp_size": 1, "attn_dp_size": 4}) == 4 and bench.dp_replicas({}) == 1
+    assert bench.host_pool_tokens(info, None) == 19200  # hicache_ratio x the GPU pool, without the gauge
     assert bench.host_pool_tokens({"max_total_num_tokens": 100}, None) == 200  # SGLang's ratio when unset: 2
-    # SGLang's own gauge wins (its auto-sizing may lower the ratio), read at rank 0
-    gauge = 'sglang:hicache_host_total_tokens{tp_rank="0",pp_rank="0"} 9000\nsglang:hicache_host_total_tokens{tp_rank="1",pp_rank="0"} 9000\n'
+    # SGLang's own gauge wins (its auto-sizing may lower the ratio): one scheduler's, each DP group logging its own at
+    # its attention-TP rank 0 (tp_rank 0 and 4 here), all alike
+    gauge = ('sglang:hicache_host_total_tokens{tp_rank="0",pp_rank="0",dp_rank="0"} 9000\n'
+             'sglang:hicache_host_total_tokens{tp_rank="4",pp_rank="0",dp_rank="1"} 9000\n')
     assert bench.host_pool_tokens(info, gauge) == 9000
+    # what the host pool keeps of the filler, by write policy
+    # (write_back: what the filler pushed off the GPU, then what the 2,000 tokens of returning prompts push off)
+    assert [bench.filler_in_host(p, 10000, 6400, 2000) for p in ("write_through", None, "write_back", "write_through_selective")] == [
+        10000, 10000, 5600, 0]
+    assert bench.filler_in_host("write_back", 3000, 6400, 4000) == 3000  # never more than was sent
     assert bench.host_pool_tokens({**info, "hicache_size": 40}, None) is None  # GB per rank: bytes per token unknown
     rows = bench.summary([dataclasses.replace(_level(1, 2.0, 0.5, {"device": 0.0, "host": 0.0, "storage": 990.0}),
                                                     eviction=bench.Eviction(8400, 6400, 7680, ["its host pool is small"]))])
@@ -280,6 +300,37 @@ def test_the_host_phase_reads_sglangs_pools_and_says_when_the_host_pool_cannot_k
     assert "8,400 filler tokens sent (GPU pool 6,400 tokens, host pool 7,680); served from storage 99%" in text
     assert "  its host pool is small" in text and "SGLang served 0% of the prompt from host memory" in text
 
+
+
+def test_the_filler_fills_each_scheduler_pinned_to_it_in_rounds_trimmed_to_what_is_needed(monkeypatch):
+    """A server of two attention-DP groups (each its own GPU pool of 6,400 tokens), a level of 3 prompts of 2,000
+    tokens: each group may hold 2 of them, so each gets 6,400 + 4,000 tokens of filler, pinned to it (routed_dp_rank),
+    3 at a time and the last round only as many as needed; no filler text repeats another level's or rank's."""
+    sent = []
+
+    def send_all(url, bodies, timeout, done):
+        sent.append([json.loads(b) for b in bodies])
+        return [bench.Request(0.1, 2000, 0) for _ in bodies]
+
+    info = {"max_total_num_tokens": 6400, "dp_size": 1, "attn_dp_size": 2, "hicache_write_policy": "write_back", "hicache_ratio": 2.2}
+    monkeypatch.setattr(bench, "server_info", lambda url: info)
+    monkeypatch.setattr(bench, "read_metrics", lambda url: None)
+    monkeypatch.setattr(bench, "send_all", send_all)
+    eviction = bench.evict_gpu(bench.Target("http://s"), "m", "salt", 3, 2000, 60)
+    assert [len(r) for r in sent] == [3, 3, 3, 3]  # per rank 10,400 tokens: a round of 3, then 3 (ceil(4,400 / 2,000))
+    assert [{q["routed_dp_rank"] for q in r} for r in sent] == [{0}, {0}, {1}, {1}]
+    texts = [q["messages"][0]["content"].split()[0] for r in sent for q in r]
+    assert len(set(texts)) == 12 and all(t.startswith("salt-c3-filler-") for t in texts)
+    assert (eviction.filler_tokens, eviction.gpu_tokens, eviction.host_tokens) == (24000, 12800, 28160)
+    # write_back keeps in host only what the GPU evicts of the filler: 12,000 - 6,400, then 4,000 more as the prompts
+    # come back, beside their own 4,000: 13,600 of 14,080
+    assert eviction.notes == []
+    info["hicache_write_policy"] = "write_through"  # every filler page copied: 12,000 + 4,000 > 14,080
+    assert "cannot hold the filler it keeps (12,000) and the prompts (4,000)" in bench.evict_gpu(bench.Target("http://s"), "m", "s", 3, 2000, 60).notes[0]
+    info["hicache_host_memory_mode"] = "buffer_only"  # host memory serves nothing: no filler sent, and said
+    sent.clear()
+    eviction = bench.evict_gpu(bench.Target("http://s"), "m", "s", 3, 2000, 60)
+    assert sent == [] and eviction.filler_tokens == 0 and "buffer_only" in eviction.notes[0]
 
 def test_a_finding_only_where_l3_is_not_faster_and_the_repeat_is_named_by_its_source():
     rows = bench.summary([_level(1, 2.0, 0.5, {"device": 990.0, "host": 0.0, "storage": 0.0}),

@@ -14,14 +14,16 @@ and their TTFT measured from the stream. Output length is 1, as in the seeds (IS
 - host: the same prompts a third time, after filler traffic has pushed them off the GPU. SGLang 0.5.23 has no reset
   that empties the device cache and keeps the host pool (/flush_cache clears both, above; /release_memory_occupation
   with the kv_cache tag calls the same flush_cache, managers/scheduler_components/weight_updater.py:351-366), so bench
-  evicts (evict_gpu): unique prompts of the level's length, more tokens than the GPU pool holds (/server_info's
-  max_total_num_tokens, per DP replica: managers/scheduler.py get_init_info) plus the level's own. The radix tree
-  evicts its least recently used leaves first (mem_cache/evict_policy.py; unified_cache/unified_tree_core.py
-  evict_device_leaf), so the prompts leave the GPU before any filler does, and a page with a host copy stays in the
-  tree, host only (_demote): the L3 phase put them there (the prefetch lands in the host pool). The host pool keeps
-  them if it can hold the filler too (write_through copies every page to host at its first insert, write_back at its
-  eviction; write_through_selective only at the second, so a filler seen once takes no room: unified_radix_cache.py
-  558-560, 1024-1052), which bench checks against sglang:hicache_host_total_tokens (metrics_collector.py 776), else
+  evicts (evict_gpu): unique prompts of the level's length, more tokens than each scheduler's GPU pool holds
+  (/server_info's max_total_num_tokens: managers/scheduler.py get_init_info) plus the prompts it may hold, each pinned
+  to its scheduler where a server has several (DP; dp_replicas). The radix tree evicts its least recently used leaves
+  first (mem_cache/evict_policy.py; unified_cache/unified_tree_core.py evict_device_leaf), so the prompts leave the
+  GPU before any filler does, and a page with a host copy stays in the tree, host only (_demote): the L3 phase put
+  them there (the prefetch lands in the host pool). The host pool keeps them if it also holds what it keeps of the
+  filler (filler_in_host: write_through copies every page at its first insert, write_back only what the GPU evicts,
+  write_through_selective only at a second hit, which a filler never has: unified_radix_cache.py 558-560,
+  1024-1052; under write_through_selective the recompute phase's prompts are sent twice, second_hit, or nothing would
+  reach host or L3), which bench checks against sglang:hicache_host_total_tokens (metrics_collector.py 776), else
   hicache_ratio x the GPU pool (mem_cache/pool_host/base.py 221-229). Where the phase's cached tokens came from is
   what SGLang says, never assumed: the scheduler's sglang:cached_tokens_total{cache_source=device|host|storage}
   (observability/metrics_collector.py 2118-2130), else the response's sglext.cached_tokens_details {device, host,
@@ -230,10 +232,6 @@ def server_info(base_url: str) -> dict[str, Any]:
         return {}
 
 
-def page_size(base_url: str) -> int:
-    return int(server_info(base_url).get("page_size") or 1)
-
-
 def read_metrics(base_url: str) -> str | None:
     status, body = _get(base_url + "/metrics")
     return body if status == 200 else None
@@ -339,31 +337,54 @@ def flush_cache(target: Target) -> None:
         raise
 
 
+def dp_replicas(info: dict[str, Any]) -> int:
+    """The schedulers of a server, each with its own radix tree, GPU pool and host pool: DP replicas x attention-DP
+    groups (SGLang 0.5.23 resolves `--dp-size N --enable-dp-attention` to attn_dp_size N, dp_size 1:
+    arg_groups/fields/parallel.py 192-193; managers/runtime_context.py num_dp_ranks)."""
+    return max(int(info.get("dp_size") or 1), 1) * max(int(info.get("attn_dp_size") or 1), 1)
+
+
 def gpu_pool_tokens(info: dict[str, Any]) -> int | None:
-    """A server's GPU KV pool in tokens, every DP replica's: /server_info's max_total_num_tokens is the first
-    scheduler's (managers/scheduler.py get_init_info; utils/common.py build_server_info), one DP replica's pool."""
+    """One scheduler's GPU KV pool in tokens: /server_info's max_total_num_tokens, the first scheduler's
+    (managers/scheduler.py get_init_info; managers/data_parallel_controller.py; utils/common.py build_server_info)."""
     tokens = info.get("max_total_num_tokens")
-    return int(tokens) * int(info.get("dp_size") or 1) if isinstance(tokens, (int, float)) and tokens > 0 else None
+    return int(tokens) if isinstance(tokens, (int, float)) and tokens > 0 else None
 
 
 def host_pool_tokens(info: dict[str, Any], metrics_text: str | None) -> int | None:
-    """A server's host pool in tokens: sglang:hicache_host_total_tokens (the pool SGLang allocated, after its
-    auto-sizing, hicache_auto_size.py), else hicache_ratio x the GPU pool (pool_host/base.py 221-229; SGLang's ratio
-    is 2 when unset, hicache_hook.py); None when --hicache-size sets it (GB per rank: bytes per token unknown here)."""
-    gauge = metrics.total(metrics_text, HOST_TOTAL)
-    if gauge:
-        return int(gauge)
+    """One scheduler's host pool in tokens: sglang:hicache_host_total_tokens (the pool SGLang allocated, after its
+    auto-sizing, hicache_auto_size.py; each scheduler logs its own, all alike: the largest series), else
+    hicache_ratio x the GPU pool (pool_host/base.py 221-229; SGLang's ratio is 2 when unset, hicache_hook.py); None
+    when --hicache-size sets it (GB per rank: bytes per token unknown here)."""
+    gauges = [value for name, _, value in metrics.parse(metrics_text or "") if name == HOST_TOTAL]
+    if gauges and max(gauges) > 0:
+        return int(max(gauges))
     gpu = gpu_pool_tokens(info)
     if gpu is None or info.get("hicache_size"):
         return None
     return int(gpu * float(info.get("hicache_ratio") or 2.0))
 
 
-def evict_gpu(target: Target, model: str, input_len: int, salt: str, level_tokens: int, width: int, timeout: float) -> Eviction:
-    """Push the level's prompts off every server's GPU (module docstring): per server, unique prompts of the level's
-    length until their tokens exceed its GPU pool plus the level's prompts, `width` at once, sent to the server itself
-    (behind a router, to each server: the router would not spread them evenly). Notes say why the prompts may not be
-    in host memory afterwards."""
+def filler_in_host(policy: str | None, filled: int, gpu: int, returning: int) -> int:
+    """Tokens of a scheduler's filler its host pool holds by the time the `returning` tokens of prompts are back on
+    the GPU (mem_cache/unified_radix_cache.py): write_through copies every page at its first insert (its threshold 1,
+    558-560); write_back only the pages it evicts from the GPU (_evict_components, 1024-1052): those the filler pushed
+    out, then those the returning prompts push out; write_through_selective only at a second hit, which a filler sent
+    once never has."""
+    if policy == "write_through_selective":
+        return 0
+    if policy == "write_back":
+        return min(filled, max(filled - gpu, 0) + returning)
+    return filled  # write_through, SGLang's default
+
+
+def evict_gpu(target: Target, model: str, salt: str, concurrency: int, prompt_tokens: int, timeout: float) -> Eviction:
+    """Push the level's prompts off every server's GPU (module docstring). Per server and per scheduler (DP): unique
+    prompts as long as the level's (`prompt_tokens` each), the level's concurrency at a time, the last round only as
+    many as needed, until their tokens exceed the GPU pool plus the prompts the scheduler holds; sent to the server
+    itself (behind a router, to each server: the router would not spread them evenly, and may have sent every prompt
+    to one server), each pinned to its scheduler (routed_dp_rank) where the server has several. Notes say why the
+    prompts may not be in host memory afterwards."""
     servers = target.metrics_urls or [target.base_url]
     sent, gpu_total, host_total, notes = 0, 0, 0, []
     for n, url in enumerate(servers):
@@ -373,38 +394,70 @@ def evict_gpu(target: Target, model: str, input_len: int, salt: str, level_token
             notes.append(f"{url}/server_info has no max_total_num_tokens: no filler sent, so the phase repeats what the server holds")
             gpu_total = host_total = None
             continue
-        host = host_pool_tokens(info, read_metrics(url))
-        need = gpu + level_tokens
-        # what the host pool must hold besides the prompts: the filler, unless only pages hit twice are copied
-        kept = 0 if info.get("hicache_write_policy") == "write_through_selective" else need
-        if host is not None and host < kept + level_tokens:
-            notes.append(f"{url}: its host pool ({host:,} tokens) cannot hold the filler ({need:,}) and the prompts ({level_tokens:,}): "
-                         "they are evicted from host memory too (raise --hicache-ratio, or bench fewer prompts at once)")
-        gpu_total = None if gpu_total is None else gpu_total + gpu
-        host_total = None if host is None or host_total is None else host_total + host
-        filled, i = 0, 0
-        while filled < need:
-            bodies = [json.dumps(prompts.chat_request(model, prompts.prompt(f"{salt}-filler-{n}-{i + j}", input_len), stream=True)).encode()
-                      for j in range(width)]
-            # a server that counts no prompt token still gets filled: each prompt counted at the length asked
-            filled += sum(r.prompt_tokens or input_len for r in send_all(url, bodies, timeout, lambda: None))
-            i += width
-        sent += filled
+        if info.get("hicache_host_memory_mode") == "buffer_only":
+            notes.append(f"{url}: hicache_host_memory_mode buffer_only: host memory only stages pages to and from L3 and serves none "
+                         "(managers/schedule_batch.py), so no filler was sent")
+            gpu_total = host_total = None
+            continue
+        if info.get("radix_eviction_policy") not in (None, "lru"):
+            notes.append(f"{url}: radix_eviction_policy {info['radix_eviction_policy']} is not least-recently-used: the filler may "
+                         "evict other pages than the prompts (mem_cache/evict_policy.py)")
+        replicas, host = dp_replicas(info), host_pool_tokens(info, read_metrics(url))
+        held = concurrency if target.metrics_urls else -(-concurrency // replicas)  # the prompts one scheduler may hold
+        need = gpu + held * prompt_tokens
+        name = server_model(url) if target.metrics_urls else model  # behind a router, each server's own name
+        gpu_total = None if gpu_total is None else gpu_total + gpu * replicas
+        host_total = None if host is None or host_total is None else host_total + host * replicas
+        for rank in range(replicas):
+            filled, i = 0, 0
+            while filled < need:
+                count = min(concurrency, -(-(need - filled) // prompt_tokens))
+                pin = {"routed_dp_rank": rank} if replicas > 1 else {}
+                bodies = [json.dumps({**prompts.chat_request(name, prompts.prompt(f"{salt}-c{concurrency}-filler-{n}-{rank}-{i + j}", prompt_tokens),
+                                                             stream=True), **pin}).encode() for j in range(count)]
+                # a server that counts no prompt token still gets filled: each prompt counted at the level's length
+                filled += sum(r.prompt_tokens or prompt_tokens for r in send_all(url, bodies, timeout, lambda: None))
+                i += count
+            sent += filled
+            kept = filler_in_host(info.get("hicache_write_policy"), filled, gpu, held * prompt_tokens)
+            if host is not None and rank == 0 and host < kept + held * prompt_tokens:
+                verb = "may not hold" if target.metrics_urls else "cannot hold"  # behind a router: if it sent this server every prompt
+                notes.append(f"{url}: its host pool ({host:,} tokens{' per DP rank' if replicas > 1 else ''}) {verb} the filler it keeps "
+                             f"({kept:,}) and the prompts ({held * prompt_tokens:,}): they are evicted from host memory too "
+                             "(raise --hicache-ratio, or bench fewer prompts at once)")
     return Eviction(sent, gpu_total, host_total, notes)
+
+
+def second_hit(target: Target, bodies: list[bytes], timeout: float) -> None:
+    """Under write_through_selective SGLang copies a page to host memory, and from there to L3, only at its second hit
+    (unified_radix_cache.py 558-560, _finish_write_through_ack 1803-1818): the prompts are sent once more, not
+    measured, so that the L3 and host phases have pages to find."""
+    send_all(target.base_url, bodies, timeout, lambda: None)
 
 
 def run_level(target: Target, concurrency: int, input_len: int, salt: str, *, timeout: float, done: Callable[[], None],
               host_phase: bool = True) -> Level:
     """The level's three phases (module docstring); host_phase=False: no filler, the third phase repeats the prompts."""
     model = target.model or server_model(target.base_url)
+    info = server_info(target.metrics_urls[0] if target.metrics_urls else target.base_url)
     # The responses' cache sources: asked of a server directly; a router (smg) may not pass SGLang's extension fields
-    # on, so behind one the sources come from the servers' /metrics alone.
+    # on, so behind one the sources come from the servers' /metrics alone. A server with several schedulers (DP) gets
+    # each prompt pinned to one (routed_dp_rank, entrypoints/openai/protocol.py), the same in every phase: its round
+    # robin would send a prompt to another scheduler each time; behind a router the router picks.
     ask = {} if target.metrics_urls else {"return_cached_tokens_details": True}
-    bodies = [json.dumps({**prompts.chat_request(model, prompts.prompt(f"{salt}-c{concurrency}-{i}", input_len), stream=True), **ask}).encode()
+    replicas = 1 if target.metrics_urls else dp_replicas(info)
+    bodies = [json.dumps({**prompts.chat_request(model, prompts.prompt(f"{salt}-c{concurrency}-{i}", input_len), stream=True), **ask,
+                          **({"routed_dp_rank": i % replicas} if replicas > 1 else {})}).encode()
               for i in range(concurrency)]
-    page = page_size(target.metrics_urls[0] if target.metrics_urls else target.base_url)
+    page = int(info.get("page_size") or 1)
     start_metrics = target_metrics(target)
     recompute = measure(target, bodies, timeout, done)
+    if info.get("hicache_write_policy") == "write_through_selective":
+        second_hit(target, bodies, timeout)
+    elif info.get("hicache_write_policy") == "write_back":
+        # write_back copies a page to host, and from there to L3, only when the GPU evicts it (unified_radix_cache.py
+        # _evict_components, _finish_write_through_ack): filler of its own pushes the prompts off the GPU first
+        evict_gpu(target, model, f"{salt}-write-back", concurrency, max(1, round(recompute.prompt_tokens / concurrency)), timeout)
     expected = sum(r.prompt_tokens // page * page for r in recompute.requests)
     backed_up = wait_for_backup(lambda: target_metrics(target), metrics.total(start_metrics, metrics.BACKUPED), expected, timeout)
     if target.reset is None:
@@ -415,7 +468,7 @@ def run_level(target: Target, concurrency: int, input_len: int, salt: str, *, ti
     l3 = measure(target, bodies, timeout, done)
     eviction = None
     if host_phase:
-        eviction = evict_gpu(target, model, input_len, salt, l3.prompt_tokens, concurrency, timeout)
+        eviction = evict_gpu(target, model, salt, concurrency, max(1, round(l3.prompt_tokens / concurrency)), timeout)
     host = measure(target, bodies, timeout, done)
     return Level(concurrency, recompute, l3, host, backed_up, eviction)
 
@@ -585,7 +638,7 @@ def table_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
     return [[str(r["concurrency"]), str(r["prompt_tokens"]), ttft(r, "recompute"), ttft(r, "l3"),
              f"{r['l3_recompute_ratio']:.2f}" + (" LOSES" if r["l3_loses"] else ""), share(r["l3_storage_share"]),
              "-" if r["l3_read_gbps"] is None else f"{r['l3_read_gbps']:.3g}",
-             ttft(r, "host"), r["host_served_from"] or "-"] for r in rows]
+             ttft(r, "host"), (r["host_served_from"] or "-") + ("" if r["host_filler_tokens"] else " (repeat: no filler)")] for r in rows]
 
 
 TABLE_HEADERS = ["concurrency", "prompt tokens", "recompute TTFT s mean/p50/p90", "from L3 TTFT s mean/p50/p90", "L3/recompute",
@@ -705,8 +758,8 @@ def chart(rows: list[dict[str, Any]], path, title: str) -> None:
 
     figure, axes = pyplot.subplots(figsize=(7, 4.2), dpi=120)
     x = [r["concurrency"] for r in rows]
-    for phase, label, colour in (("recompute", "recompute", "#c0392b"), ("l3", "from L3", "#2471a3"),
-                                 ("host", "host memory", "#7d8c8d")):
+    third = "host memory" if any(r["host_filler_tokens"] for r in rows) else "repeat, no filler"
+    for phase, label, colour in (("recompute", "recompute", "#c0392b"), ("l3", "from L3", "#2471a3"), ("host", third, "#7d8c8d")):
         if not all(f"{phase}_mean_s" in r for r in rows):
             continue
         axes.plot(x, [r[f"{phase}_mean_s"] for r in rows], marker="o", color=colour, label=f"{label} (mean)")

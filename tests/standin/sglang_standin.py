@@ -35,7 +35,8 @@ the tests need to observe:
   its bearer token. Stand-in only: STANDIN_NO_STORAGE_BACKEND_API=1 answers them 404, as SGLang before sglang#15892;
 - storage metrics with SGLang's labels (mem_cache/unified_cache/storage_attachment.py): one series per TP and PP rank,
   each counting the same tokens, as every rank of a real server does.
-With write_back nothing reaches L3 (the host pool never evicts here). Tokens are whitespace-separated words. Faults for tests:
+With write_back a page reaches L3 only when the modelled GPU pool (KvTiers) evicts it, as SGLang copies it to host
+then, so without --max-total-tokens never; with write_through_selective at its second request. Tokens are whitespace-separated words. Faults for tests:
 STANDIN_NEVER_HEALTHY=1 (a bad image that hangs), STANDIN_EXIT_AT_START=1 (one that dies at start), STANDIN_URING_BROKEN=1 (the NIXL POSIX plugin cannot create its io_uring backend when asked for it).
 HTTP and timing are the standard library's; the L3 pages need SGLang's environment (tests/infra/sglang_env.sh).
 """
@@ -168,10 +169,12 @@ class KvTiers:
             in_host += 1
         return on_device, in_host - on_device
 
-    def use(self, keys: list[str], from_l3: list[str]) -> None:
+    def use(self, keys: list[str], from_l3: list[str]) -> list[str]:
         """A request's pages: those read from L3 land in the host pool (the prefetch); the GPU makes room for the
         request, least recently used first (write_back copies what it evicts to host); then, as the request is inserted,
-        each page's hit is counted and the page copied to host at the policy's threshold."""
+        each page's hit is counted and the page copied to host at the policy's threshold. Returns the pages write_back
+        copied to host, which SGLang then writes to L3 (_finish_write_through_ack)."""
+        written_back = []
         for key in from_l3:
             self._to_host(key)
         for key in reversed(keys):  # the head most recent: a tail leaves first, as a tree's leaves do
@@ -179,15 +182,19 @@ class KvTiers:
             self.device.move_to_end(key)
         while len(self.device) > self.device_pages:
             evicted, _ = self.device.popitem(last=False)
-            if self.policy == "write_back":
+            if self.policy == "write_back" and evicted not in self.host:
                 self._to_host(evicted)
+                written_back += [evicted] if evicted in self.host else []
             if evicted not in self.host:
                 self.hits.pop(evicted, None)  # dropped from the tree (write_through without a copy)
         threshold = {"write_through": 1, "write_through_selective": 2}.get(self.policy)
         for key in keys:
+            if key in self.host:  # a host page's last access (the host pool evicts by it, as the tree does)
+                self.host.move_to_end(key)
             self.hits[key] = self.hits.get(key, 0) + 1
             if threshold and self.hits[key] >= threshold:
                 self._to_host(key)
+        return written_back
 
     def _to_host(self, key: str) -> None:
         if key in self.host:
@@ -223,6 +230,7 @@ class Server:
         self.lock = threading.Lock()
         self.gpu = threading.Lock()
         self.metrics = {"prompt_tokens_total": 0, "storage_hit": 0, "prefetch_hit": 0, "backuped": 0, "requests": 0, "device_hit": 0, "host_hit": 0}
+        self.inserts = {}  # page key -> requests that inserted it (write_through_selective's hits)
         self.tiers = None  # KvTiers with --max-total-tokens: the GPU and host pools
         if args.max_total_tokens:
             import sglang_pages  # its model's bytes per token and SGLang's page keys; no torch at import
@@ -286,10 +294,20 @@ class Server:
                     time.sleep(self.l3_read_delay * hit_pages)  # STANDIN_L3_READ_DELAY: a slower tier, per page read
             cached = hit_pages * self.args.page_size
             written = 0
-            if pages and self.args.hicache_write_policy != "write_back":  # write-through of the pages not yet in L3
+            policy = self.args.hicache_write_policy
+            if pages and policy == "write_through_selective":
+                # SGLang copies a page to host at its second hit, and to L3 once that copy is done
+                # (mem_cache/unified_radix_cache.py 558-560, _finish_write_through_ack)
+                second = [k for k in keys[:local] + keys[local + hit_pages:] if self.inserts.get(k, 0) == 1]
+                written = pages.store(second) * self.args.page_size
+            elif pages and policy != "write_back":  # write-through of the pages not yet in L3
                 written = pages.store(keys[local + hit_pages:]) * self.args.page_size
+            for key in keys:  # the inserts each page had in this tree (a restart or /flush_cache starts it anew)
+                self.inserts[key] = self.inserts.get(key, 0) + 1
             if self.tiers:
-                self.tiers.use(keys, keys[local:local + hit_pages])
+                written_back = self.tiers.use(keys, keys[local:local + hit_pages])
+                if pages and policy == "write_back":  # the pages the GPU evicted, copied to host, then to L3
+                    written += pages.store(written_back) * self.args.page_size
             l3_seconds = time.perf_counter() - started
             # the GPU's own pages cost nothing; the host pool's and L3's are copied to the GPU
             from_host, from_device = in_host * self.args.page_size, on_device * self.args.page_size
@@ -455,8 +473,9 @@ def handler_for(server):
                 refused = server.optional_admin_refusal(self.headers.get("Authorization"))
                 if refused:
                     return self.send(*refused)
-                if server.tiers:  # the GPU cache and the host pool, not L3 (unified_radix_cache.py _reset_full)
-                    with server.gpu:
+                with server.gpu:  # the GPU cache and the host pool, not L3 (unified_radix_cache.py _reset_full)
+                    server.inserts.clear()
+                    if server.tiers:
                         server.tiers.flush()
                 return self.send(200, "Cache flushed.\n", "text/plain")
             if self.path == L3_CLEAR:
