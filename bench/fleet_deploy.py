@@ -5,8 +5,8 @@ and (--mitogen) with the project's configuration on Mitogen's strategy: site.yml
 and per host of the no-op: executed tasks, host round trips (ssh invocations), controller CPU-seconds. Then the
 floor: plain Ansible taking as many steps per host as that no-op, each doing nothing (ping, set_fact, a skipped
 debug), with each configuration, so each ratio can be read against what Ansible itself does on this machine. Each
-no-op and each floor runs --repeat times (3), each figure the median of those runs. Ratios are of figures measured in
-this one run.
+no-op and each floor runs --repeat times (3), in turn (no-op, floor, no-op, ...) so both meet the machine in the
+same state, each figure the median of those runs. Ratios are of figures measured in this one run.
 """
 
 from __future__ import annotations
@@ -159,25 +159,28 @@ def main() -> None:
         try:
             inventory = fleet.inventory()
             names = list(fleet.hosts)
-            rows, results = [], {}
+            rows, results, first_runs = [], {}, {}
             for size in sizes:
                 for label, config in configs.items():
                     for name in names[:size]:  # a first run starts from a host without our files
                         fleet.ssh(name, "rm -rf /opt/sglang-hicache")
                     fresh_ssh_masters(work)
-                    first = deploy(inventory, names[:size], config, work)
-                    rerun = median_run([deploy(inventory, names[:size], config, work) for _ in range(args.repeat)])
-                    results[size, label] = (first, rerun)
-                    rows.append((size, label, first, rerun))
-                    print(f"  {size} host(s), {label}: first {first['wall']:.1f} s, no-op {rerun['wall']:.1f} s", file=sys.stderr)
-            # The floor, shaped after the project configuration's no-op on the most hosts, run with every configuration.
-            floor = floor_playbook(work, results[max(sizes), "project"][1])
+                    first_runs[size, label] = deploy(inventory, names[:size], config, work)
+            # The floor, shaped after the project configuration's no-op on the most hosts (one no-op gives its counts,
+            # which do not vary), run with every configuration. Each no-op and its floor are timed in turn, so that both
+            # meet the machine in the same state (the test hosts settle for minutes after they start).
+            floor = floor_playbook(work, deploy(inventory, names[:max(sizes)], configs["project"], work))
             floors = {}
             for size in sizes:
                 for label, config in configs.items():
                     fresh_ssh_masters(work)
-                    floors[size, label] = median_run([deploy(inventory, names[:size], config, work, str(floor)) for _ in range(args.repeat)])
-                    print(f"  {size} host(s), {label}: floor {floors[size, label]['wall']:.1f} s", file=sys.stderr)
+                    pairs = [(deploy(inventory, names[:size], config, work), deploy(inventory, names[:size], config, work, str(floor)))
+                             for _ in range(args.repeat)]
+                    rerun, floors[size, label] = median_run([p[0] for p in pairs]), median_run([p[1] for p in pairs])
+                    results[size, label] = (first_runs[size, label], rerun)
+                    rows.append((size, label, first_runs[size, label], rerun))
+                    print(f"  {size} host(s), {label}: first {first_runs[size, label]['wall']:.1f} s, no-op {rerun['wall']:.1f} s, "
+                          f"floor {floors[size, label]['wall']:.1f} s", file=sys.stderr)
         finally:
             fleet.down()
     print(f"per host of the no-op (each figure the median of {args.repeat} runs, as is each floor's): executed and skipped tasks,")
