@@ -337,6 +337,11 @@ def flush_cache(target: Target) -> None:
         raise
 
 
+def streamed_body(model: str, salt: str, words: int, extra: dict[str, Any]) -> bytes:
+    """One streamed chat request of `words` words after `salt` (formats/prompts.py), with SGLang's extra fields."""
+    return json.dumps({**prompts.chat_request(model, prompts.prompt(salt, words), stream=True), **extra}).encode()
+
+
 def dp_replicas(info: dict[str, Any]) -> int:
     """The schedulers of a server, each with its own radix tree, GPU pool and host pool: DP replicas x attention-DP
     groups (SGLang 0.5.23 resolves `--dp-size N --enable-dp-attention` to attn_dp_size N, dp_size 1:
@@ -413,8 +418,7 @@ def evict_gpu(target: Target, model: str, salt: str, concurrency: int, prompt_to
             while filled < need:
                 count = min(concurrency, -(-(need - filled) // prompt_tokens))
                 pin = {"routed_dp_rank": rank} if replicas > 1 else {}
-                bodies = [json.dumps({**prompts.chat_request(name, prompts.prompt(f"{salt}-c{concurrency}-filler-{n}-{rank}-{i + j}", prompt_tokens),
-                                                             stream=True), **pin}).encode() for j in range(count)]
+                bodies = [streamed_body(name, f"{salt}-c{concurrency}-filler-{n}-{rank}-{i + j}", prompt_tokens, pin) for j in range(count)]
                 # a server that counts no prompt token still gets filled: each prompt counted at the level's length
                 filled += sum(r.prompt_tokens or prompt_tokens for r in send_all(url, bodies, timeout, lambda: None))
                 i += count
@@ -446,8 +450,7 @@ def run_level(target: Target, concurrency: int, input_len: int, salt: str, *, ti
     # robin would send a prompt to another scheduler each time; behind a router the router picks.
     ask = {} if target.metrics_urls else {"return_cached_tokens_details": True}
     replicas = 1 if target.metrics_urls else dp_replicas(info)
-    bodies = [json.dumps({**prompts.chat_request(model, prompts.prompt(f"{salt}-c{concurrency}-{i}", input_len), stream=True), **ask,
-                          **({"routed_dp_rank": i % replicas} if replicas > 1 else {})}).encode()
+    bodies = [streamed_body(model, f"{salt}-c{concurrency}-{i}", input_len, {**ask, **({"routed_dp_rank": i % replicas} if replicas > 1 else {})})
               for i in range(concurrency)]
     page = int(info.get("page_size") or 1)
     start_metrics = target_metrics(target)
