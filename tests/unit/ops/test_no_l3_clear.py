@@ -12,7 +12,7 @@ import re
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-SHIPPED = ("hicachectl", "roles", "playbooks", "plugins", "inventories")
+SHIPPED = ("hicachectl", "roles", "playbooks", "plugins", "inventories", "templates", "meta")
 # The route, its parts put together ("storage-backend" then "clear" nearby), and SGLang's own names of the call.
 CLEAR = re.compile(r"storage[-_]backend.{0,40}clear|clear_hicache_storage|clear_storage_backend", re.IGNORECASE | re.DOTALL)
 
@@ -20,8 +20,15 @@ CLEAR = re.compile(r"storage[-_]backend.{0,40}clear|clear_hicache_storage|clear_
 def shipped_files():
     for top in SHIPPED:
         for path in sorted((ROOT / top).rglob("*")):
-            if path.is_file() and path.suffix in ("", ".py", ".yml", ".yaml", ".j2", ".sh", ".json", ".toml", ".md"):
+            if path.is_file() and "__pycache__" not in path.parts:  # every text file, whatever its suffix
                 yield path
+
+
+def test_the_scan_reads_every_place_the_toolkit_ships_from():
+    names = {str(path.relative_to(ROOT)) for path in shipped_files()}
+    for expected in ("templates/start.sh.j2", "templates/run.sh.j2", "templates/sglang-hicache.service.j2", "meta/runtime.yml",
+                     "roles/sglang_server/files/hicache-l3-collect", "playbooks/verify.yml", "hicachectl/ops/bench.py"):
+        assert expected in names
 
 
 def test_the_scan_finds_the_route_where_it_is():
