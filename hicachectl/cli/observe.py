@@ -155,6 +155,7 @@ def verify_verdict(outcomes: Mapping[str, Any], l3: bool) -> dict[str, Any]:
     hicache_strict: false tolerates not checking: the host is degraded). {"exit_code", "hosts": each host's --json
     entry, "lines": the check table, the causes of failed checks, the summary line}."""
     from hicachectl.formats import report
+    from hicachectl.ops import bench as benching
     from hicachectl.ops import verify
 
     hosts, code = {}, common.EXIT_OK
@@ -175,18 +176,23 @@ def verify_verdict(outcomes: Mapping[str, Any], l3: bool) -> dict[str, Any]:
         unseen = [{"check": note.task, "status": verify.NOT_CHECKED, "detail": note.text[len(NOT_CHECKED_NOTE):].lstrip(": ").removeprefix("on "),
                    "cause": ""} for note in outcome.notes if note.text.startswith(NOT_CHECKED_NOTE)]
         ok = verdict["ok"] and not outcome.interrupted
-        hosts[host] = {"ok": ok, "status": "passed" if ok and not gaps else ("degraded" if ok else "failed"), "checks": gaps + unseen + verdict["checks"]}
+        hosts[host] = {"ok": ok, "status": "passed" if ok and not gaps else ("degraded" if ok else "failed"), "checks": gaps + unseen + verdict["checks"],
+                       "findings": verdict.get("findings") or []}
         if not ok and code == common.EXIT_OK:
             code = common.EXIT_INVALID
     lines = [report.table(["host", "check", "result", "detail"],
                           [[h, c["check"], c["status"], c["detail"]] for h, r in hosts.items() for c in r["checks"]]
                           + [[h, "-", "error", r["error"]] for h, r in hosts.items() if "error" in r])]
     lines += [f"{host}: {c['check']}: {c['cause']}" for host, r in hosts.items() for c in r["checks"] if c["status"] == verify.FAIL and c["cause"]]
+    # What the numbers say beside the checks (L3 slower than recompute): bench's finding, with its levers, said once.
+    lines += benching.finding_lines([f for r in hosts.values() for f in r.get("findings", [])], levers_once=True)
     unchecked = sum(c["status"] == verify.NOT_CHECKED for r in hosts.values() for c in r["checks"])
     degraded = sorted(h for h, r in hosts.items() if r.get("status") == "degraded")
     tolerated = sum(c["status"] == verify.FAIL for r in hosts.values() if r.get("status") == "degraded" for c in r["checks"])
     said = ([f"{unchecked} check(s) not made"] if unchecked else []) + ([f"{tolerated} failure(s) tolerated"] if tolerated else [])
     said += [f"degraded: {', '.join(degraded)}"] if degraded and said else []
+    slower = [h for h, r in hosts.items() if r.get("findings")]
+    said += [f"L3 slower than recompute on {', '.join(slower)}: see the finding"] if slower else []
     lines.append("verify: " + ("FAILED" if code != common.EXIT_OK else "passed, DEGRADED" if degraded else "passed")
                  + (f" ({'; '.join(said)})" if said else ""))
     return {"exit_code": code, "hosts": hosts, "lines": lines}

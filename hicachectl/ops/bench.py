@@ -581,6 +581,11 @@ LEVERS = (
 )
 
 
+def levers(info: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """LEVERS, each with the server's current value (`now`) from its /server_info `info` (bench's and verify's findings)."""
+    return [{**lever, "now": _lever_now(lever, info or {})} for lever in LEVERS]
+
+
 def _lever_now(lever: dict[str, Any], info: dict[str, Any]) -> Any:
     """The server's value of a lever from /server_info; the prefetch threshold from its extra config (SGLang's default
     256 when the config is JSON without it; None when the config is a file bench cannot read)."""
@@ -595,6 +600,9 @@ def _lever_now(lever: dict[str, Any], info: dict[str, Any]) -> Any:
         return (json.loads(value) if isinstance(value, str) else dict(value)).get("prefetch_threshold", 256)
     except (ValueError, TypeError, AttributeError):
         return None  # "@/path/to/config.toml": on the server's host
+
+
+L3_LOSES = "l3-slower-than-recompute"  # the finding's name, in bench's and verify's JSON
 
 
 def findings(rows: list[dict[str, Any]], info: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -615,15 +623,17 @@ def findings(rows: list[dict[str, Any]], info: dict[str, Any] | None = None) -> 
                     "(hicachectl verify --l3 says why)")
     elif worst.get("l3_read_gbps") is not None:
         message += f"; L3 delivered {worst['l3_read_gbps']:.3g} GB/s over the phase"
-    levers = [{**lever, "now": _lever_now(lever, info)} for lever in LEVERS]
-    return [{"finding": "l3-slower-than-recompute", "levels": levels, "message": message, "levers": levers}]
+    return [{"finding": L3_LOSES, "levels": levels, "message": message, "levers": levers(info)}]
 
 
-def finding_lines(found: list[dict[str, Any]]) -> list[str]:
+def finding_lines(found: list[dict[str, Any]], levers_once: bool = False) -> list[str]:
+    """Each finding's message and its levers; `levers_once`: the levers after the last finding only (verify's hosts)."""
     lines = []
-    for f in found:
+    for i, f in enumerate(found):
         lines.append(f"finding: {f['message']}.")
-        lines.append("  levers (SGLang 0.5.23):")
+        if levers_once and i < len(found) - 1:
+            continue
+        lines.append("  levers (SGLang 0.5.23" + (f", values of {f['host']}" if levers_once and len(found) > 1 else "") + "):")
         for lever in f["levers"]:
             now = "" if lever["now"] is None else f" [now: {lever['now']}]"
             lines.append(f"  - {lever['lever']}{now}: {lever['what']}")

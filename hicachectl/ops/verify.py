@@ -22,7 +22,7 @@ from typing import Any
 from hicachectl.config import namespace, secrets
 from hicachectl.config.deployment import Deployment, uses_uring
 from hicachectl.formats import prompts
-from hicachectl.ops import metrics
+from hicachectl.ops import bench, metrics
 from hicachectl.plans import sglang_server
 
 PASS, FAIL, NOT_CHECKED = "pass", "fail", "not checked"
@@ -398,6 +398,9 @@ def l3_checks(d: Deployment, obs: Mapping[str, Any], writer=None) -> list[dict[s
             return checks + [_check(name, FAIL, f"{detail}, from pages {writer.inventory_host} wrote in another format: " + "; ".join(differences),
                                     f"{d.inventory_host} read pages written for another page format (SGLang's file backend keys omit the KV dtype, "
                                     "sglang#33268): wrong KV. Set hicache_l3_namespace: auto (or distinct names) on both.")]
+        timed = l3_timing(obs)
+        if timed:
+            detail += f", in {timed[1]:.2f} s against {timed[0]:.2f} s to compute it" + (f" on {writer.inventory_host}" if shared else "")
         return checks + [_check(name, PASS, detail + (f", written by {writer.inventory_host}" if shared else ""))]
     keys = _keys_changed(_json(obs.get("info_before")), info_after)
     dropped = metrics.delta(after, before, lambda t: metrics.total(t, metrics.BACKUP_DROPPED)) or 0
@@ -438,6 +441,36 @@ def l3_checks(d: Deployment, obs: Mapping[str, Any], writer=None) -> list[dict[s
     return checks + [_check(name, FAIL, f"{cached} cached tokens, {hits or 0:.0f} loaded from storage", cause)]
 
 
+def _seconds(answer: Any) -> float | None:
+    value = answer.get("seconds") if isinstance(answer, Mapping) and _status(answer) == 200 else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+
+
+def l3_timing(obs: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(seconds to compute the proof prompt, seconds to answer it from L3): its first answer, by the writer (a prefill:
+    the prompt is new to every server), and its answer after the restart (its pages read from L3). Each asks for one
+    token, so each is a time to first token. None where either was not timed (hicache_probe gives `seconds`)."""
+    computed, loaded = _seconds(obs.get("fill")), _seconds(obs.get("reuse"))
+    return (computed, loaded) if computed and loaded else None
+
+
+def l3_findings(d: Deployment, obs: Mapping[str, Any], writer=None) -> list[dict[str, Any]]:
+    """Where reading the proof prompt from L3 was not faster than computing it: the finding bench makes (is L3 worth it
+    here?), from one request each, with bench's levers and the server's value of each. Made only on a passed L3 hit."""
+    timed = l3_timing(obs)
+    if not timed or timed[1] < timed[0]:
+        return []
+    writer = d if writer is None or writer.inventory_host == d.inventory_host else writer
+    on = f" on {writer.inventory_host}" if writer is not d else ""
+    prompt_tokens = _usage(obs.get("reuse")).get("prompt_tokens") or 0
+    message = (f"L3 does not beat recompute on {d.inventory_host}: its proof prompt ({prompt_tokens} tokens) came back from L3 in "
+               f"{timed[1]:.2f} s after the restart, against {timed[0]:.2f} s to compute it{on} ({timed[1] / timed[0]:.2f}x); one request "
+               "each: `hicachectl bench` measures it at load")
+    info = _json(obs.get("info_after"))
+    return [{"finding": bench.L3_LOSES, "host": d.inventory_host, "message": message, "seconds": {"recompute": timed[0], "l3": timed[1]},
+             "levers": bench.levers(info if isinstance(info, dict) else {})}]
+
+
 def l3_dir_check(obs: Mapping[str, Any]) -> dict[str, str] | None:
     """The directory the server writes its pages in (stat on the host): there and writable, or every write fails until
     a deploy or the server's next start makes it again. None where the server has no L3 directory (or it was not read)."""
@@ -461,6 +494,10 @@ def judge(d: Deployment, obs: Mapping[str, Any], l3: bool, writer=None) -> dict[
     checks += endpoint_checks(d, obs)
     if _status(obs.get("health")) > 0 and (found := l3_dir_check(obs)) is not None:  # a running server's writes
         checks.append(found)
+    found = []
     if l3 and _status(obs.get("health")) > 0:
-        checks += l3_checks(d, obs, writer)
-    return {"ok": all(c["status"] != FAIL for c in checks), "checks": checks}
+        proof = l3_checks(d, obs, writer)
+        checks += proof
+        if proof[-1]["check"].startswith("L3 hit") and proof[-1]["status"] == PASS:
+            found = l3_findings(d, obs, writer)
+    return {"ok": all(c["status"] != FAIL for c in checks), "checks": checks, "findings": found}

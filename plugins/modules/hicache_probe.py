@@ -111,16 +111,17 @@ paths:
   sample: {/mnt/kvcache/ns: {exists: true, isdir: true, writeable: true}}
 answers:
   description: Each request's answer by its name, as M(ansible.builtin.uri) gives it (C(status), -1 when nothing answered or the
-    answer was not HTTP; C(json) when the answer is JSON; C(content) when asked for or when the status is not 2xx; C(msg)), or
-    C(skipped).
+    answer was not HTTP; C(json) when the answer is JSON; C(content) when asked for or when the status is not 2xx; C(msg)), with
+    C(seconds) from sending the request to reading the whole answer (where one came), or C(skipped).
   returned: always
   type: dict
-  sample: {health: {status: 200, msg: OK (2 bytes)}, info: {skipped: true}}
+  sample: {health: {status: 200, msg: OK (2 bytes), seconds: 0.0021}, info: {skipped: true}}
 """
 
 import json
 import os
 import subprocess
+import time
 import urllib.error
 
 from ansible.module_utils.basic import AnsibleModule
@@ -161,6 +162,7 @@ def answer(request):
     if request.get("body") is not None:
         data = json.dumps(request["body"]).encode()
         headers.setdefault("Content-Type", "application/json")
+    start = time.monotonic()
     try:
         response = open_url(request["url"], data=data, headers=headers, method=request.get("method") or "GET",
                             timeout=request.get("timeout") or 30, follow_redirects="safe")
@@ -175,8 +177,10 @@ def answer(request):
     except Exception as exc:  # noqa: BLE001 - nothing answered, or not HTTP (refused, timed out, TLS, a bad status line,
         # a body cut short): -1, as ansible.builtin.uri's fetch_url gives it, never a failed task that hides every other answer
         return {"status": -1, "url": request["url"], "msg": f"Request failed: {exc!r}"}
+    seconds = round(time.monotonic() - start, 6)  # sent to the whole body read
     text = to_text(body, errors="surrogate_or_strict")
-    out = {"status": status, "url": request["url"], "msg": f"OK ({len(body)} bytes)" if 200 <= status < 300 else f"HTTP Error {status}"}
+    out = {"status": status, "url": request["url"], "msg": f"OK ({len(body)} bytes)" if 200 <= status < 300 else f"HTTP Error {status}",
+           "seconds": seconds}
     if is_json(content_type) and text:
         try:
             out["json"] = json.loads(text)

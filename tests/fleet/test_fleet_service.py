@@ -213,8 +213,13 @@ def checks_of(report: dict, host: str) -> dict[str, dict]:
     return {c["check"]: c for c in report["hosts"][host]["checks"]}
 
 
-def test_verify_l3_proves_that_pages_survive_a_restart(served_fleet):
-    inventory = served_fleet.inventory(extra_vars={**SERVICE_VARS, "hicache_served_model_name": "verify"}, name="served-verify")
+def test_verify_l3_proves_that_pages_survive_a_restart_and_says_where_l3_loses_to_recompute(served_fleet):
+    """One host's tier is slow (the stand-in sleeps 0.2 s per page read from L3): its proof passes, the pages came back,
+    and verify says L3 lost to recompute there (its ~270-token prompt computed in ~0.8 s), with the levers; not elsewhere."""
+    slow = sorted(served_fleet.hosts)[0]
+    env = {"STANDIN_LOAD_SECONDS": "5", "STANDIN_PREFILL_US_PER_TOKEN": "3000"}
+    inventory = served_fleet.inventory(extra_vars={**SERVICE_VARS, "hicache_served_model_name": "verify", "hicache_container_env": env},
+                                       host_vars={slow: {"hicache_container_env": {**env, "STANDIN_L3_READ_DELAY": "0.2"}}}, name="served-verify")
     cli("deploy", "--inventory", str(inventory), check_rc=0)
     pids = {h: main_pid(served_fleet, h) for h in served_fleet.hosts}
     run = cli("verify", "--inventory", str(inventory), "--l3", "--json")
@@ -224,8 +229,15 @@ def test_verify_l3_proves_that_pages_survive_a_restart(served_fleet):
         checks = checks_of(report, host)
         for name in ("/health", "/v1/models", "chat completion", "cache report", "/metrics", "L3 write", "restart", "L3 hit after restart"):
             assert checks[name]["status"] == "pass", checks
-        assert "loaded from storage" in checks["L3 hit after restart"]["detail"]
+        assert "loaded from storage" in checks["L3 hit after restart"]["detail"] and "s to compute it" in checks["L3 hit after restart"]["detail"]
         assert main_pid(served_fleet, host) != pids[host]  # the proof restarted the server
+        found = report["hosts"][host]["findings"]
+        if host != slow:
+            assert found == [], found
+            continue
+        (finding,) = found
+        assert finding["finding"] == "l3-slower-than-recompute" and finding["seconds"]["l3"] > finding["seconds"]["recompute"] > 0.3, finding
+        assert {lever["lever"]: lever["now"] for lever in finding["levers"]}["--page-size"] == 16  # the server's own value
 
 
 @pytest.mark.parametrize("edit,expected", [

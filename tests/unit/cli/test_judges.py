@@ -118,8 +118,22 @@ FAILED = {"ok": False, "checks": [{"check": "/metrics", "status": "fail", "detai
 
 def test_verify_all_passed():
     verdict = cli_observe.verify_verdict({"a": outcome("a", PASSED)}, l3=False)
-    assert verdict["exit_code"] == 0 and verdict["hosts"]["a"] == {"ok": True, "status": "passed", "checks": PASSED["checks"]}
+    assert verdict["exit_code"] == 0 and verdict["hosts"]["a"] == {"ok": True, "status": "passed", "checks": PASSED["checks"], "findings": []}
     assert verdict["lines"][-1] == "verify: passed"
+
+
+def test_verify_says_where_l3_lost_to_recompute_as_a_finding_with_the_levers_once_and_still_passes():
+    def slower(host):
+        return {"finding": "l3-slower-than-recompute", "host": host, "message": f"L3 does not beat recompute on {host}: 2.00x",
+                "seconds": {"recompute": 1.0, "l3": 2.0},
+                "levers": [{"lever": "--page-size", "now": 64, "what": "tokens per page"}, {"lever": "--hicache-io-backend", "now": None, "what": "copy"}]}
+    reports = {h: {**PASSED, "findings": [slower(h)]} for h in ("a", "b")}
+    verdict = cli_observe.verify_verdict({"a": outcome("a", reports["a"]), "b": outcome("b", reports["b"]), "c": outcome("c", PASSED)}, l3=True)
+    assert verdict["exit_code"] == 0 and verdict["hosts"]["a"]["findings"] == [slower("a")] and verdict["hosts"]["c"]["findings"] == []
+    assert "finding: L3 does not beat recompute on a: 2.00x." in verdict["lines"] and "finding: L3 does not beat recompute on b: 2.00x." in verdict["lines"]
+    assert [line for line in verdict["lines"] if "--page-size" in line] == ["  - --page-size [now: 64]: tokens per page"]  # once, not per host
+    assert "  - --hicache-io-backend: copy" in verdict["lines"]
+    assert verdict["lines"][-1] == "verify: passed (L3 slower than recompute on a, b: see the finding)"
 
 
 def test_verify_a_tolerated_gap_is_a_check_not_made_and_the_host_degraded():

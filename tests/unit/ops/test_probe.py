@@ -8,6 +8,7 @@ import importlib.util
 import json
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -35,6 +36,9 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(200, "", "text/plain")
         elif self.path == "/server_info":
             self.reply(200, json.dumps({"page_size": 16, "admin_api_key": "k"}), "application/json; charset=utf-8")
+        elif self.path == "/slow":
+            time.sleep(0.3)
+            self.reply(200, "late", "text/plain")
         elif self.path == "/metrics":
             self.reply(200, "sglang:num_requests_total 3\n", "text/plain; version=0.0.4")
         elif self.path == "/hicache/storage-backend":
@@ -124,3 +128,11 @@ def test_an_answer_that_is_not_http_or_is_cut_short_is_minus_one_not_a_failed_pr
                                  {"name": "cut", "url": f"http://127.0.0.1:{port}/server_info", "timeout": 10}])
     assert answers["junk"]["status"] == -1 and "Request failed" in answers["junk"]["msg"], answers
     assert answers["cut"]["status"] == -1 and "IncompleteRead" in answers["cut"]["msg"], answers
+
+
+def test_each_answer_says_how_long_it_took_and_a_slow_one_takes_longer(server):
+    """verify times the proof prompt's prefill against its answer from L3 with these `seconds` (is L3 worth it?)."""
+    answers = probe.ask_all([{"name": "fast", "url": f"{server}/health"}, {"name": "slow", "url": f"{server}/slow"}])
+    assert 0 < answers["fast"]["seconds"] < 0.25 <= answers["slow"]["seconds"]
+    url = f"http://127.0.0.1:{closed_port()}"
+    assert "seconds" not in probe.ask_all([{"name": "none", "url": url, "timeout": 5}])["none"]  # nothing answered: no time

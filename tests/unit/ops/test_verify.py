@@ -508,3 +508,50 @@ def test_the_plan_names_the_l3_directory_the_server_writes(local):
 def test_no_server_is_still_one_failure_with_its_l3_directory_gone(local):
     obs = observations(local, health={"status": -1, "url": "http://h:30000/health"}, l3_dir={"path": "/mnt/kv/ns", "exists": False})
     assert list(failed(verify.judge(local, obs, l3=False))) == ["/health"]
+
+
+def timed(answer, seconds):
+    return {**answer, "seconds": seconds}
+
+
+def test_l3_that_answers_sooner_than_recompute_says_both_times_and_finds_nothing(local):
+    result = verify.judge(local, observations(local, fill=timed(chat(300), 0.8), reuse=timed(chat(300, cached=256), 0.2)), l3=True)
+    hit = next(c for c in result["checks"] if c["check"] == "L3 hit after restart")
+    assert hit["status"] == "pass" and hit["detail"].endswith("in 0.20 s against 0.80 s to compute it")
+    assert result["findings"] == []
+
+
+@pytest.mark.parametrize("loaded", [0.8, 2.4])  # as slow as recompute is not a win either (bench: ratio >= 1 loses)
+def test_l3_slower_than_recompute_is_a_finding_with_benchs_levers_and_the_servers_values(local, loaded):
+    info = {"page_size": 64, "served_model_name": local.served_name, "hicache_storage_prefetch_policy": "wait_complete",
+            "hicache_storage_backend": "file", "hicache_storage_backend_extra_config": '{"prefetch_threshold": 128}'}
+    result = verify.judge(local, observations(local, fill=timed(chat(300), 0.8), reuse=timed(chat(300, cached=256), loaded),
+                                              info_after=answered(json=info)), l3=True)
+    assert result["ok"]  # the pages came back: the proof holds; whether they pay is a finding beside it
+    (found,) = result["findings"]
+    assert found["finding"] == "l3-slower-than-recompute" and found["host"] == local.inventory_host
+    assert found["seconds"] == {"recompute": 0.8, "l3": loaded}
+    assert f"in {loaded:.2f} s after the restart, against 0.80 s to compute it" in found["message"]
+    now = {lever["lever"]: lever["now"] for lever in found["levers"]}
+    assert now["--hicache-storage-prefetch-policy"] == "wait_complete" and now["--hicache-storage-backend"] == "file"
+    assert now["prefetch_threshold (--hicache-storage-backend-extra-config)"] == 128 and "--page-size" in now
+
+
+def test_l3_timing_is_judged_only_on_a_proof_that_held_and_on_answers_that_were_timed(local):
+    no_hit = observations(local, fill=timed(chat(300), 0.1), reuse=timed(chat(300, cached=0), 5.0),
+                          reuse_metrics=answered(content=metrics_text(backuped=256, storage=0)))
+    result = verify.judge(local, no_hit, l3=True)
+    assert not result["ok"] and result["findings"] == []  # a failed proof is its own cause, not a slow tier
+    untimed = verify.judge(local, observations(local, reuse=timed(chat(300, cached=256), 5.0)), l3=True)
+    assert untimed["ok"] and untimed["findings"] == [] and "to compute it" not in untimed["checks"][-1]["detail"]
+    failed_fill = observations(local, fill=timed(answered(status=-1), 0.01), reuse=timed(chat(300, cached=256), 5.0))
+    assert verify.judge(local, failed_fill, l3=True)["findings"] == []
+    assert verify.judge(local, observations(local, fill=timed(chat(300), 0.1), reuse=timed(chat(300, cached=256), 5.0)), l3=False)["findings"] == []
+
+
+def test_across_servers_the_recompute_is_the_writers_and_says_so():
+    writer, reader = shared_pair()
+    obs = shared_obs(writer, reader, fill=timed(chat(300), 0.5))
+    obs["reuse"] = timed(obs["reuse"], 0.9)
+    result = verify.judge(reader, obs, l3=True, writer=writer)
+    assert "against 0.50 s to compute it on gpu-1" in result["findings"][0]["message"]
