@@ -74,16 +74,17 @@ def test_listing_sums_each_subdirectory_without_following_symlinks_and_the_top_l
     os.symlink(outside, root / "qwen3-8b-aaaaaaaaaaaa" / "link")  # inside a namespace: not followed
     os.symlink(outside, root / "linked-namespace")  # at the top: not a namespace, not followed
     pages(root, 2, size=11, mtime=1_700_000_200)  # pages of a server with namespace off
+    os.utime(root / "qwen3-8b-aaaaaaaaaaaa" / "page-1", (1_700_000_900, 1_700_000_000))  # read after the last write
     (root / "lost+found").mkdir()
     listed = mod.listing(str(root))
     assert listed["exists"] is True
     by_name = {e["name"]: e for e in listed["entries"]}
     assert set(by_name) == {"qwen3-8b-aaaaaaaaaaaa", "lost+found"}
     assert by_name["qwen3-8b-aaaaaaaaaaaa"] | {} == {"name": "qwen3-8b-aaaaaaaaaaaa", "bytes": 3 * 5 + 2 * 7, "files": 5,
-                                                    "pages": 5, "newest": 1_700_000_100, "namespace_form": True, "derived": True,
-                                                    "errors": 0, "mounts": 0}
+                                                    "pages": 5, "newest": 1_700_000_100, "newest_read": 1_700_000_900,
+                                                    "namespace_form": True, "derived": True, "errors": 0, "mounts": 0}
     assert by_name["lost+found"]["namespace_form"] is False
-    assert listed["top"] == {"bytes": 22, "files": 2, "pages": 2, "newest": 1_700_000_200, "other": 1}
+    assert listed["top"] == {"bytes": 22, "files": 2, "pages": 2, "newest": 1_700_000_200, "newest_read": 1_700_000_200, "other": 1}
 
 
 def test_pages_are_counted_not_files_on_sglangs_layouts_of_both_backends(tmp_path):
@@ -116,7 +117,7 @@ def test_pages_are_counted_not_files_on_sglangs_layouts_of_both_backends(tmp_pat
 def test_listing_a_directory_that_does_not_exist(tmp_path):
     listed = mod.listing(str(tmp_path / "absent"))
     assert listed.pop("now") > 0
-    assert listed == {"exists": False, "path": str(tmp_path / "absent"), "entries": [], "top": {"bytes": 0, "files": 0, "pages": 0, "newest": None, "other": 0}}
+    assert listed == {"exists": False, "path": str(tmp_path / "absent"), "entries": [], "top": {"bytes": 0, "files": 0, "pages": 0, "newest": None, "newest_read": None, "other": 0}}
 
 
 def test_prune_removes_only_what_it_may_and_says_why_for_the_rest(tmp_path):
@@ -197,7 +198,7 @@ def test_rows_prune_only_unused_namespaces_never_top_level_pages_or_other_names(
     old = namespace.of(deployment("a", hicache_page_size=32))
     listing = {"entries": [{"name": namespace.of(auto), "bytes": 10, "files": 2, "newest": 1.0},
                            {"name": namespace.of(fp8), "bytes": 10, "files": 2, "newest": 1.0},
-                           {"name": old, "bytes": 30, "files": 3, "newest": 2.0},
+                           {"name": old, "bytes": 30, "files": 3, "newest": 2.0, "newest_read": 7.0},
                            {"name": "my-literal", "bytes": 1, "files": 1, "newest": 3.0},
                            {"name": "half-read-aaaaaaaaaaaa", "bytes": 1, "files": 1, "newest": 3.0, "errors": 2},
                            {"name": "lost+found", "bytes": 0, "files": 0, "newest": None}],
@@ -209,7 +210,9 @@ def test_rows_prune_only_unused_namespaces_never_top_level_pages_or_other_names(
     assert rows["half-read-aaaaaaaaaaaa"].state == l3.UNUSED and not rows["half-read-aaaaaaaaaaaa"].prune
     assert rows["my-literal"].state == l3.UNUSED and not rows["my-literal"].prune and "never pruned" in rows["my-literal"].why_kept
     assert [r.namespace for r in l3.prunable(rows.values())] == [old]
-    assert rows[old].cells() == ["a", old, "30 B", "3", "1970-01-01 00:00:02Z", "unused"]
+    assert rows[old].cells() == ["a", old, "30 B", "3", "1970-01-01 00:00:02Z", "1970-01-01 00:00:07Z", "unused"]
+    assert rows[old].as_dict()["last_read"] == "1970-01-01 00:00:07Z" and rows["my-literal"].as_dict()["last_read"] is None
+    assert rows["my-literal"].cells()[5] == "-"  # an older module's listing without atimes
 
 
 def test_on_a_tier_with_a_namespace_off_server_only_derived_names_are_pruned():

@@ -193,6 +193,7 @@ class Row:
     used_by: tuple[str, ...] = ()
     prune: bool = False  # --prune removes it
     why_kept: str = ""  # an unused directory --prune leaves: why
+    last_read: float | None = None  # newest atime of its files: the last read the filesystem recorded (relatime: see HEADERS)
 
     def cells(self) -> list[str]:
         who = ", ".join(self.used_by) if self.used_by else ""
@@ -200,13 +201,16 @@ class Row:
                  RUNNING: f"{who} (running it: deployed.json; the inventory now says another)",
                  UNUSED: "unused" + (" - kept: " + self.why_kept if self.why_kept else ""),
                  NOT_A_NAMESPACE: "not a namespace: never pruned", TOP_LEVEL: "pages without a namespace (off): never pruned"}[self.state]
-        return [self.tier, self.namespace, size(self.bytes), str(self.pages), when(self.last_use), state]
+        return [self.tier, self.namespace, size(self.bytes), str(self.pages), when(self.last_use), when(self.last_read), state]
 
     def as_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "used_by": list(self.used_by), "last_use": when(self.last_use) if self.last_use else None}
+        return {**dataclasses.asdict(self), "used_by": list(self.used_by), "last_use": when(self.last_use) if self.last_use else None,
+                "last_read": when(self.last_read) if self.last_read else None}
 
 
-HEADERS = ["tier", "namespace", "size", "pages", "last use (newest page written)", "used by"]
+# The last read is the newest atime: relatime (the default) records the first read after a write, then one a day; noatime
+# none; an NFS client's reads from its own page cache never reach the server. SGLang never sets a page's times itself.
+HEADERS = ["tier", "namespace", "size", "pages", "last use (newest page written)", "last read (newest atime)", "used by"]
 
 
 def age(minutes: float) -> str:
@@ -227,7 +231,7 @@ def rows(tier: Tier, listing: Mapping[str, Any], used: Mapping[str, list[str]], 
     out = []
     top = dict(listing.get("top") or {})
     bucket_files = bucket_pages = bucket_bytes = 0
-    bucket_newest = None
+    bucket_newest = bucket_read = None
     for entry in listing.get("entries", []):
         name = entry["name"]
         if is_bucket(name):  # the nixl backend's pages without a namespace
@@ -236,11 +240,13 @@ def rows(tier: Tier, listing: Mapping[str, Any], used: Mapping[str, list[str]], 
             bucket_bytes += int(entry.get("bytes", 0))
             if entry.get("newest") is not None:
                 bucket_newest = entry["newest"] if bucket_newest is None else max(bucket_newest, entry["newest"])
+            if entry.get("newest_read") is not None:
+                bucket_read = entry["newest_read"] if bucket_read is None else max(bucket_read, entry["newest_read"])
             continue
         users = tuple(used.get(name, ()))
         here = tuple(h for h in users if h in tier.hosts)
         common = dict(tier=tier.name, namespace=name, bytes=int(entry.get("bytes", 0)), pages=pages_of(entry),
-                      last_use=entry.get("newest"))
+                      last_use=entry.get("newest"), last_read=entry.get("newest_read"))
         if not is_namespace_name(name):
             out.append(Row(**common, state=NOT_A_NAMESPACE))
         elif users:
@@ -254,8 +260,9 @@ def rows(tier: Tier, listing: Mapping[str, Any], used: Mapping[str, list[str]], 
     if files:
         pages = pages_of(top) + bucket_pages
         newest = [t for t in (top.get("newest"), bucket_newest) if t is not None]
+        read = [t for t in (top.get("newest_read"), bucket_read) if t is not None]
         out.append(Row(tier=tier.name, namespace=NO_NAMESPACE, bytes=int(top.get("bytes") or 0) + bucket_bytes, pages=pages,
-                       last_use=max(newest) if newest else None, state=TOP_LEVEL, used_by=tier.off_hosts))
+                       last_use=max(newest) if newest else None, state=TOP_LEVEL, used_by=tier.off_hosts, last_read=max(read) if read else None))
     return out
 
 

@@ -71,7 +71,9 @@ options:
     type: str
 notes:
   - Supports check mode (C(pruned) reports what it would remove and removes nothing).
-  - Bytes are apparent sizes (st_size); the newest mtime is the last time a page was written (a read does not change it).
+  - Bytes are apparent sizes (st_size); the newest mtime is the last time a page was written (a read does not change it), the
+    newest atime the last read the filesystem recorded (relatime, the default, records the first read after a write and then
+    one a day; noatime none; an NFS client's reads from its own page cache never reach the server).
 author: hicache-deploy developers (@hicache-deploy)
 """
 
@@ -106,13 +108,13 @@ entries:
   returned: always
   type: list
   elements: dict
-  sample: [{name: qwen3-8b-5f1c2a9e0d14, bytes: 1048576, files: 16, pages: 8, newest: 1767225600.0, namespace_form: true, derived: true,
-            errors: 0, mounts: 0}]
+  sample: [{name: qwen3-8b-5f1c2a9e0d14, bytes: 1048576, files: 16, pages: 8, newest: 1767225600.0, newest_read: 1767229200.0,
+            namespace_form: true, derived: true, errors: 0, mounts: 0}]
 top:
   description: The regular files directly in O(path) (pages without a namespace), summed; C(other) counts symlinks and special files there (not followed).
   returned: always
   type: dict
-  sample: {bytes: 0, files: 0, pages: 0, newest: null, other: 0}
+  sample: {bytes: 0, files: 0, pages: 0, newest: null, newest_read: null, other: 0}
 fs:
   description: The size and free space (for unprivileged users, f_bavail) of the filesystem holding O(path), in bytes, when it exists.
   returned: when O(path) exists
@@ -181,15 +183,15 @@ def page_of(name, path):
 
 
 def walk(path):
-    """(bytes, files, newest mtime or None, entries that could not be read, directories on another filesystem, pages)
-    under a directory, symlinks not followed and other filesystems not entered."""
+    """(bytes, files, newest mtime or None, entries that could not be read, directories on another filesystem, pages,
+    newest atime or None) under a directory, symlinks not followed and other filesystems not entered."""
     total = files = errors = mounts = 0
     pages = set()
-    newest = None
+    newest = read = None
     try:
         dev = os.lstat(path).st_dev
     except OSError:
-        return total, files, newest, 1, mounts, 0
+        return total, files, newest, 1, mounts, 0, read
     stack = [path]
     while stack:
         current = stack.pop()
@@ -207,13 +209,14 @@ def walk(path):
                             total += st.st_size
                             files += 1
                             newest = st.st_mtime if newest is None else max(newest, st.st_mtime)
+                            read = st.st_atime if read is None else max(read, st.st_atime)
                             pages.add(page_of(entry.name, entry.path))
                     except OSError:  # gone meanwhile (a server replacing a page) or unreadable
                         errors += 1
         except OSError:
             errors += 1
     pages.discard(None)
-    return total, files, newest, errors, mounts, len(pages)
+    return total, files, newest, errors, mounts, len(pages), read
 
 
 def mount_points(mountinfo="/proc/self/mountinfo"):
@@ -234,7 +237,7 @@ def mount_points(mountinfo="/proc/self/mountinfo"):
 
 def listing(path, mounts=None):
     """What `listed` returns for a directory."""
-    top = {"bytes": 0, "files": 0, "pages": 0, "newest": None, "other": 0}
+    top = {"bytes": 0, "files": 0, "pages": 0, "newest": None, "newest_read": None, "other": 0}
     top_pages = set()
     now = time.time()
     if not os.path.isdir(path):  # the tier's directory itself may be a symlink (to the mount): followed
@@ -246,9 +249,9 @@ def listing(path, mounts=None):
         for entry in sorted(found, key=lambda e: e.name):
             try:
                 if entry.is_dir(follow_symlinks=False):
-                    size, count, newest, errors, crossings, pages = walk(entry.path)
+                    size, count, newest, errors, crossings, pages, read = walk(entry.path)
                     crossings += len(mounted_in(os.path.join(real, entry.name), mounts or ()))
-                    entries.append({"name": entry.name, "bytes": size, "files": count, "pages": pages, "newest": newest,
+                    entries.append({"name": entry.name, "bytes": size, "files": count, "pages": pages, "newest": newest, "newest_read": read,
                                     "namespace_form": is_namespace_name(entry.name), "derived": is_derived(entry.name),
                                     "errors": errors, "mounts": crossings})
                 elif entry.name == COLLECTOR_LOCK:
@@ -259,6 +262,7 @@ def listing(path, mounts=None):
                     top["files"] += 1
                     top_pages.add(page_of(entry.name, entry.path))
                     top["newest"] = st.st_mtime if top["newest"] is None else max(top["newest"], st.st_mtime)
+                    top["newest_read"] = st.st_atime if top["newest_read"] is None else max(top["newest_read"], st.st_atime)
                 else:
                     top["other"] += 1
             except OSError:
