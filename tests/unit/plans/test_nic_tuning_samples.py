@@ -465,11 +465,21 @@ def test_inbox_mlx5_with_dcb_passes_every_nic_check_of_the_shipped_vast_profile(
     (group / "default_roce_tos").write_text("0\n")
     config = {**nic_tuning.desired(deployment("vast")), "storage_ports": ["10.10.0.5"]}
     assert config["ecn_priorities"] == [] and config["left"]["ecn_priorities"] == "hicache_nic_ecn_priorities"
+    # A first deploy: the ToS is set before the tier is mounted (nic_tuning runs before storage), and the tier's mount,
+    # made after it, carries it (the kernel's mountstats samples, with the profile's server as the mount's source).
+    with_mountstats(root, "mountstats-not-mounted.txt")
     program((root, tool), "--apply-json", config)
+    shift_stamps(root, 120)
+    remounted = (ROCE_SAMPLES / "mountstats-remounted.txt").read_text().replace(SERVER, config["storage_server"])
+    (root / "proc/self/mountstats").write_text(remounted)
     _, report = program((root, tool), "--check-json", config)
     verdict = nic_tuning.nic_verdict(report, asked=True)
     qos = [c for c in report["changes"] if " qos" in c["what"]]
     assert qos == [] and verdict["failures"] == [] and verdict["gaps"] == [] and verdict.get("driver_gaps", []) == [], verdict
+    # nothing the role would turn into a gap either (roles/nic_tuning/tasks/report.yml): not a ToS whose effect cannot
+    # be told, nor one not in effect (the sample without mountstats had "mountstats was not read": degraded)
+    assert verdict.get("not_checked", []) == [] and verdict.get("not_in_effect", []) == [], verdict
+    assert len(report["roce_tos_effect"]["stamps"]) == 1
     assert "ens1f0np0 ecn: no value in hicache_nic_ecn_priorities (null, unset or empty): left as it is, not checked" in verdict["left"]
     assert not [g for g in report["not_offered"] if g["setting"] == "ecn"]
 
