@@ -437,3 +437,39 @@ def test_matplotlib_is_the_bench_extra_not_a_dependency():
     assert any(d.startswith("matplotlib") for d in project["optional-dependencies"]["bench"])
     assert "'.[test,bench]'" in (ROOT / "tests/infra/install.sh").read_text()  # the suite's bench tests draw the chart
 
+
+
+def test_a_first_plan_of_identical_hosts_is_one_hosts_long_though_each_file_names_its_host():
+    """#34: hosts whose changes are the same but for their own name (every rendered file says whom it is for: the
+    templates' first lines) are said once; a host with another content is a group of its own. With --diff the group
+    shows its first host's content and says so. Names match as whole words only: `gpu-1` is not inside `gpu-10`."""
+    from helpers import _host_vars
+
+    from hicachectl import rules
+    from hicachectl.plans import sglang_server
+
+    _, variables = _host_vars("local")
+
+    def planned(name, **overrides):
+        d, findings = rules.check_host(name, {**variables, **overrides})
+        assert d is not None and not rules.has_errors(findings)
+        changes = [Change("Install the server's files", f.name, [{"before_header": f"{d.cfg_dir}/{f.name}", "after_header": f"{d.cfg_dir}/{f.name}",
+                                                                  "before": "", "after": f.shown}])
+                   for f in sglang_server.files(d)]
+        assert any(name in c.diff[0]["after"] for c in changes)  # the files do name their host
+        return HostResult(name, ok=5, changed=len(changes), reached=True, changes=changes)
+
+    hosts = {n: planned(n) for n in ("gpu-01", "gpu-02", "gpu-10", "gpu-11")}
+    hosts["gpu-12"] = planned("gpu-12", hicache_page_size=128)
+    hosts["gpu-1"] = planned("gpu-1")  # a name inside others' names (gpu-10, gpu-11): matched as a whole word only
+    groups = cli_common._same_changes(sorted(hosts.items()), hidden=[])
+    assert [(names, shown) for names, _, shown in groups] == [("gpu-[01:02], gpu-1, gpu-[10:11]", "gpu-01"), ("gpu-12", "")], groups
+    lines = list(cli_common._run_lines(RunResult(0, hosts), check=True, verb="would change", show_diff=False, hidden=[]))
+    changed = [line for line in lines if ": would change: " in line]
+    assert len(changed) == 2 * len(hosts["gpu-01"].changes) and all(line.startswith(("gpu-[01:02], gpu-1, gpu-[10:11]: ", "gpu-12: ")) for line in changed)
+    shown = list(cli_common._run_lines(RunResult(0, hosts), check=True, verb="would change", show_diff=True, hidden=[]))
+    assert "gpu-[01:02], gpu-1, gpu-[10:11]: gpu-01's changes shown; each host's differ only in its own name (and so the config's digest)" in shown
+    assert not [line for line in shown if line.startswith("gpu-12: gpu-12's")]  # a group of one shows its own
+    # the same name inside a longer word is not the host's name: those differ
+    word = {n: HostResult(n, changed=1, reached=True, changes=[Change("t", None, [{"before": "", "after": f"rack {n}x"}])]) for n in ("a", "b")}
+    assert len(cli_common._same_changes(sorted(word.items()), hidden=[])) == 2

@@ -292,10 +292,13 @@ def run_table(hosts: Iterable, *, check: bool, verb: str, hidden) -> str:
     return report.table(["host", "status", "ok", "changed", "failed", "reason"], rows, width=TABLE_WIDTH)
 
 
-def _same_changes(hosts, hidden) -> list[tuple[str, list]]:
-    """(the hosts' names as one, their changes) for each group of hosts with the same changes, in host order; a host
-    without changes is in none."""
+def _same_changes(hosts, hidden) -> list[tuple[str, list, str]]:
+    """(the hosts' names as one, their changes, whose content is shown) for each group of hosts with the same changes,
+    in host order; a host without changes is in none. Changes that differ only where each host's own name stands (every
+    rendered file says whom it is for, and installed.json a digest of them) are the same: the group shows its first host's
+    content, and says so."""
     import json as jsonlib
+    import re
 
     from hicachectl.config import secrets
     from hicachectl.rules import compact_hosts
@@ -303,9 +306,15 @@ def _same_changes(hosts, hidden) -> list[tuple[str, list]]:
     groups: dict[str, list] = {}
     for name, host in hosts:
         if host.changes:
-            key = secrets.mask_text(jsonlib.dumps([[c.task, c.item, c.diff] for c in host.changes], sort_keys=True, default=str), hidden)
-            groups.setdefault(key, [name, host.changes, []])[2].append(name)
-    return [(compact_hosts(names, limit=len(names)), changes) for _, changes, names in groups.values()]
+            text = secrets.mask_text(jsonlib.dumps([[c.task, c.item, c.diff] for c in host.changes], sort_keys=True, default=str), hidden)
+            key = re.sub(rf"(?<![\w.-]){re.escape(name)}(?![\w.-])", "\0", text)  # the name as a whole word only
+            # installed.json's config_hash digests the files, so it differs with the name they hold (sglang_server.deployed)
+            key = re.sub(r"(config_hash\W+)[0-9a-f]{16}", r"\1#", key)
+            group = groups.setdefault(key, [name, host.changes, [], set()])
+            group[2].append(name)
+            group[3].add(text)
+    return [(compact_hosts(names, limit=len(names)), changes, first if len(texts) > 1 else "")
+            for first, changes, names, texts in groups.values()]
 
 
 def _run_lines(result, *, check: bool, verb: str, show_diff: bool, hidden) -> Iterable[str]:
@@ -316,7 +325,9 @@ def _run_lines(result, *, check: bool, verb: str, show_diff: bool, hidden) -> It
     if lists_changes(check, show_diff):
         # Hosts whose changes are the same, content and all, are said once (gpu-[01:08]: would change: ...): a first
         # plan of a fleet is as long as one host's. Without --diff a change is one line with its size.
-        for names, changes in _same_changes(hosts, hidden):
+        for names, changes, shown in _same_changes(hosts, hidden):
+            if show_diff and shown:
+                yield f"{names}: {shown}'s changes shown; each host's differ only in its own name (and so the config's digest)"
             for change in changes:
                 line = f"{names}: {verb}: {change.task}" + (f" [{change.item}]" if change.item else "")
                 if show_diff:
