@@ -173,8 +173,11 @@ def test_a_tier_budget_keeps_every_namespace_within_its_share(shared):
     # made its own at its start (HiCacheFile.__init__) and writes nowhere else.
     for page in [p for p in shared.export.rglob("*") if p.is_file()]:
         page.unlink()
-    path = inventory(shared, "shared-budget", per_host={third: {"hicache_model_path": "/models/qwen3-8b", "hicache_l3_namespace_share_pct": 30}},
-                     hicache_l3_budget_gb=page_bytes * 10 / 1e9)
+    # The second model on TP 2: each of its pages is two files (SGLang's key with _<rank>_2), evicted together. No
+    # free-space floor: this machine's disk decides it, and the shares are what is judged here.
+    path = inventory(shared, "shared-budget", per_host={third: {"hicache_model_path": "/models/qwen3-8b", "hicache_l3_namespace_share_pct": 30,
+                                                                "hicache_tp_size": 2}},
+                     hicache_l3_budget_gb=page_bytes * 10 / 1e9, hicache_l3_free_floor_pct=0)
     deploy(path)
     enabled = {h: shared.ssh(h, "systemctl is-enabled hicache-l3-collector.timer").stdout.strip() for h in shared.hosts}
     assert enabled[first] == "enabled" and {enabled[second], enabled[third]} <= {"not-found", ""}, enabled
@@ -190,6 +193,16 @@ def test_a_tier_budget_keeps_every_namespace_within_its_share(shared):
     assert model_a != model_b
     written = {ns: sum(p.stat().st_size for p in (shared.export / ns).rglob("*.bin")) for ns in (model_a, model_b)}
     assert sum(written.values()) > page_bytes * 10, written  # the tier is over its budget
+
+    def by_page(ns):  # SGLang's file backend: <64-hex key>_<model>[_<rank>_<size>].bin, a file per TP rank of a page
+        files = {}
+        for p in (shared.export / ns).rglob("*.bin"):
+            files.setdefault(p.name[:64], []).append(p)
+        return files
+
+    ranks = {ns: {len(files) for files in by_page(ns).values()} for ns in (model_a, model_b)}
+    assert ranks == {model_a: {1}, model_b: {2}}, ranks  # TP 1 and TP 2 as SGLang writes them
+    largest = {ns: max(sum(p.stat().st_size for p in files) for files in by_page(ns).values()) for ns in (model_a, model_b)}
     tmp = shared.export / model_a / ".0a1b2c3d4e5f.tmp"  # HiCacheFile's write in progress
     tmp.write_bytes(b"\0" * page_bytes)
     past = time.time() - 3600  # an hour on: past the collector's grace for pages just written
@@ -229,6 +242,10 @@ def test_a_tier_budget_keeps_every_namespace_within_its_share(shared):
     budget = int(page_bytes * 10)
     assert held[model_b] <= budget * 30 // 100 and held[model_a] <= budget - budget * 30 // 100, (held, budget)
     assert sum(held.values()) <= budget and tmp.exists()
+    # and no further than each share: least recently used pages go until the namespace is within it, and no page more
+    for ns, share in ((model_b, budget * 30 // 100), (model_a, budget - budget * 30 // 100)):
+        assert written[ns] > share and share - largest[ns] < held[ns], (ns, written[ns], held[ns], share, largest[ns])
+    assert all(len(files) == 2 for files in by_page(model_b).values()) and by_page(model_b), by_page(model_b)  # whole pages kept
     report = cli_json("l3", "--inventory", str(path), "--json")
     tier = report["tiers"][0]
     assert tier["budget"]["collector"] == first and tier["budget"]["fill"] <= 1.0, tier["budget"]
