@@ -176,7 +176,7 @@ def test_a_tier_budget_keeps_every_namespace_within_its_share(shared):
     # The second model on TP 2: each of its pages is two files (SGLang's key with _<rank>_2), evicted together. No
     # free-space floor: this machine's disk decides it, and the shares are what is judged here.
     path = inventory(shared, "shared-budget", per_host={third: {"hicache_model_path": "/models/qwen3-8b", "hicache_l3_namespace_share_pct": 30,
-                                                                "hicache_tp_size": 2}},
+                                                                "hicache_tp_size": 2, "hicache_extra_config": {"prefetch_threshold": 16}}},
                      hicache_l3_budget_gb=page_bytes * 10 / 1e9, hicache_l3_free_floor_pct=0)
     deploy(path)
     enabled = {h: shared.ssh(h, "systemctl is-enabled hicache-l3-collector.timer").stdout.strip() for h in shared.hosts}
@@ -203,11 +203,24 @@ def test_a_tier_budget_keeps_every_namespace_within_its_share(shared):
     ranks = {ns: {len(files) for files in by_page(ns).values()} for ns in (model_a, model_b)}
     assert ranks == {model_a: {1}, model_b: {2}}, ranks  # TP 1 and TP 2 as SGLang writes them
     largest = {ns: max(sum(p.stat().st_size for p in files) for files in by_page(ns).values()) for ns in (model_a, model_b)}
+    # A prompt of one page on the second model, made its most recent page below: the collector keeps it, and its server
+    # reads it back from L3 once its own caches are empty (its prefetch threshold one page: SGLang loads a one-page hit).
+    kept_prompt = " ".join(f"kept-{i}" for i in range(16))
+    earlier = set((shared.export / model_b).rglob("*.bin"))
+    assert ask(shared, third, kept_prompt) == [0, 0]
+    for _ in range(20):
+        kept = set((shared.export / model_b).rglob("*.bin")) - earlier
+        if len(kept) == 2:
+            break
+        time.sleep(0.5)
+    assert len(kept) == 2 and len({p.name[:64] for p in kept}) == 1, kept  # one page, a file per TP rank
     tmp = shared.export / model_a / ".0a1b2c3d4e5f.tmp"  # HiCacheFile's write in progress
     tmp.write_bytes(b"\0" * page_bytes)
     past = time.time() - 3600  # an hour on: past the collector's grace for pages just written
     for p in shared.export.rglob("*"):
         os.utime(p, (past, past))
+    for p in kept:
+        os.utime(p, (past + 600, past + 600))
 
     # a second collector, started by hand on another host, waits while the tier's lock is held
     kit = shared.export / ".collector-by-hand"
@@ -246,6 +259,11 @@ def test_a_tier_budget_keeps_every_namespace_within_its_share(shared):
     for ns, share in ((model_b, budget * 30 // 100), (model_a, budget - budget * 30 // 100)):
         assert written[ns] > share and share - largest[ns] < held[ns], (ns, written[ns], held[ns], share, largest[ns])
     assert all(len(files) == 2 for files in by_page(model_b).values()) and by_page(model_b), by_page(model_b)  # whole pages kept
+    assert all(p.exists() for p in kept), kept  # the most recent page of its namespace
+    flushed = shared.ssh(third, "python3 -c \"import urllib.request as u;print(u.urlopen(u.Request('http://127.0.0.1:30000/flush_cache',"
+                                "method='POST')).status)\"")
+    assert flushed.stdout.strip() == "200", flushed  # GPU and host pools emptied; L3 kept
+    assert ask(shared, third, kept_prompt) == [16, 16]  # every token of the kept page, read back from L3
     report = cli_json("l3", "--inventory", str(path), "--json")
     tier = report["tiers"][0]
     assert tier["budget"]["collector"] == first and tier["budget"]["fill"] <= 1.0, tier["budget"]
