@@ -535,3 +535,17 @@ def test_data_of_no_namespace_filling_the_whole_budget_does_not_empty_the_live_o
     report = collect.collect(config(root, {"live": {"share_pct": None}}, budget=20_000), out=said.append)
     assert len(pages_left(root)) == 3 and not report["removed"], report  # its 6000 bytes are within its share
     assert any("more than the whole budget" in line and "--prune" in line for line in said), said
+
+
+@pytest.mark.parametrize("plugin,refused", [("OBJ", True), ("POSIX", False), ("GDS_MT", False), (None, False)])
+def test_a_budget_on_nixls_object_plugin_is_refused_the_file_plugins_are_not(plugin, refused):
+    """SGLang 0.5.23 opens no file for NIXL's OBJ plugin (storage/nixl/hicache_nixl.py: no NixlFileManager for
+    OBJ_PLUGINS): its pages are objects in a bucket, which the collector cannot see or evict."""
+    variables = {**_local(), "hicache_storage_backend": "nixl", "hicache_l3_budget_gb": 10}
+    if plugin:
+        variables["hicache_nixl_plugin"] = plugin
+    _, findings = rules.check_host("h", variables)
+    budget = [f for f in findings if f.rule == "l3-budget" and f.level == rules.ERROR]
+    assert bool(budget) is refused, [f.format() for f in findings]
+    if refused:
+        assert "object store" in budget[0].message and budget[0].variable == "hicache_l3_budget_gb"
