@@ -196,3 +196,30 @@ def test_bench_tier_reads_the_servers_tier_through_the_playbook_as_its_backend_r
         assert result["direct"] is True or any("refuses O_DIRECT" in n for n in result["notes"])
     assert result["bytes"] == result["read_bytes"] * result["files"] >= 4 << 20
     assert list((tmp_path / "tier").iterdir()) == []  # the tier as it was
+
+
+@pytest.mark.slow  # the CLI, a whole playbook (validate, then the module) through ansible-runner
+def test_bench_tier_only_reads_every_servers_tier_with_no_server_and_says_the_share_is_not_measured(tmp_path):
+    """`bench -i NAME --tier-only`: the tier before its servers run (no server answers here), read as the backend reads it;
+    SGLang's share is said to be not measured, never a number. Usage errors are refused before any host is contacted."""
+    from support import cli
+
+    inv = _inventory(tmp_path, hicache_storage_backend="nixl")
+    run = cli("bench", "--inventory", str(inv), "--tier-only", check_rc=0)
+    assert run.stdout.count("L3 tier of localhost: ") == 1 and " GB/s raw (" in run.stdout, run.stdout
+    assert "SGLang's share of it: not measured (--tier-only benched no server" in run.stdout
+    report = json.loads(cli("bench", "--inventory", str(inv), "--tier-only", "--json", check_rc=0).stdout)
+    assert report["tier_share"] is None and report["tier"]["localhost"]["gbps"] > 0 and report["tier"]["localhost"]["read_bytes"] == 64 * 2048 // 2
+    assert list((tmp_path / "tier").iterdir()) == []  # the tier as it was
+    for args, said in ((("--tier-only", "--url", "http://127.0.0.1:9"), "--tier-only needs --inventory"),
+                       (("--inventory", str(inv), "--tier-only", "--router"), "--tier-only benches no server")):
+        refused = cli("bench", *args, check_rc=2)
+        assert said in refused.stderr + refused.stdout, refused
+    import yaml
+    (tmp_path / "bare").mkdir()
+    no_config = _inventory(tmp_path / "bare", hicache_storage_backend="nixl")
+    variables = yaml.safe_load((no_config / "group_vars/all.yml").read_text())
+    del variables["hicache_model_config"]
+    (no_config / "group_vars/all.yml").write_text(yaml.safe_dump(variables))
+    missing = cli("bench", "--inventory", str(no_config), "--tier-only", check_rc=1)  # not measured: a failure, said why
+    assert "L3 tier of localhost: not measured: a read is one page's bytes" in missing.stdout, missing.stdout
