@@ -9,6 +9,8 @@ import pytest
 from fleet import HEALTH_TIMEOUT, STANDIN
 from support import ROOT, cli, cli_json
 
+from hicachectl.plans import host_limits
+
 pytestmark = pytest.mark.slow
 
 SERVICE_VARS = {
@@ -32,7 +34,14 @@ def main_pid(fleet, host):
 
 def test_deploy_brings_every_server_up_healthy_and_a_second_deploy_restarts_nothing(served_fleet):
     inventory = served_fleet.inventory(extra_vars=SERVICE_VARS, name="served")
+    # One host left Docker: an earlier deploy's memlock drop-ins are still there (#34); this one (no container) removes them.
+    moved = sorted(served_fleet.hosts)[0]
+    dropins = [f"/etc/systemd/system/{unit}.service.d/{host_limits.DROPIN_NAME}" for unit in ("docker", "containerd")]
+    for path in dropins:
+        served_fleet.ssh(moved, f"mkdir -p {path.rsplit('/', 1)[0]} && printf '[Service]\\nLimitMEMLOCK=infinity\\n' > {path}")
+    assert served_fleet.ssh(moved, f"ls {' '.join(dropins)}").returncode == 0
     first = cli("deploy", "--inventory", str(inventory), check_rc=0)
+    assert served_fleet.ssh(moved, f"ls {' '.join(dropins)}").returncode != 0, "the memlock drop-ins of the runtime it left are still there"
     for host in served_fleet.hosts:  # a wait of minutes is visible while it runs
         assert f"{host}: Wait until the server answers /health ... running" in first.stderr
         assert f"{host}: Wait until the server answers /health ... done" in first.stderr
