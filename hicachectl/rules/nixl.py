@@ -25,6 +25,19 @@ _NIXL_POSIX_RANGES = {"ios_pool_size": (64, 65536), "kernel_queue_size": (16, 10
 _NIXL_SECTIONS = {"posix", "gds_mt", "gds", "hf3fs", "obj"}
 
 
+def plugin_in_effect(d: Deployment) -> str:
+    """The NIXL plugin SGLang 0.5.23 picks for this server (storage/nixl/nixl_utils.py get_specified_plugin): with a
+    'plugin' section in the extra config, its first section marked active (True, "true" or "True"), upper-cased;
+    without one, SGLANG_HICACHE_NIXL_BACKEND_PLUGIN (hicache_nixl_plugin), else "auto"."""
+    sections = (d.extra_config or {}).get("plugin")
+    if isinstance(sections, dict):
+        for name, params in sections.items():
+            if isinstance(params, dict) and params.get("active", False) in (True, "true", "True"):
+                return str(name).upper()
+        return ""  # none active: SGLang then fails to pick one (nixl-plugin-section)
+    return (d.nixl_plugin or "auto").upper()
+
+
 def nixl_true(value: Any) -> bool:
     """Whether NIXL reads the value SGLang hands it (str(value)) as true."""
     return str(value).lower() in _NIXL_TRUE_WORDS

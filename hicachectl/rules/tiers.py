@@ -7,6 +7,7 @@ import re
 
 from hicachectl.config import namespace
 from hicachectl.config.deployment import PREFIX, Deployment
+from hicachectl.rules import nixl
 from hicachectl.rules.findings import rule
 from hicachectl.rules.variables import _type_ok
 
@@ -158,11 +159,11 @@ def _l3_budget(d: Deployment, out):
                   f"needs the server's pages in files under hicache_cache_dir (the file or nixl backend); the {d.storage_backend or 'unset'} "
                   "backend keeps them where the collector cannot see them.",
                   "remove hicache_l3_budget_gb, or use the file or nixl backend with hicache_cache_dir.")
-    elif d.storage_backend == "nixl" and d.nixl_plugin == "OBJ" and "plugin" not in (d.extra_config or {}):
+    elif d.storage_backend == "nixl" and nixl.plugin_in_effect(d) == "OBJ":
         # SGLang 0.5.23 makes no file manager for an OBJ plugin (storage/nixl/hicache_nixl.py HiCacheNixl.__init__): no file on the tier
         out.error("hicache_l3_budget_gb", "l3-budget",
-                  "needs the server's pages in files under hicache_cache_dir, but hicache_nixl_plugin OBJ keeps them in an object "
-                  "store, where the collector cannot see them.",
+                  "needs the server's pages in files under hicache_cache_dir, but NIXL's OBJ plugin (hicache_nixl_plugin or the "
+                  "extra config's plugin section) keeps them in an object store, where the collector cannot see them.",
                   "remove hicache_l3_budget_gb (bound the bucket with the object store's own lifecycle rules), or use a file plugin (POSIX).")
 
 

@@ -549,3 +549,20 @@ def test_a_budget_on_nixls_object_plugin_is_refused_the_file_plugins_are_not(plu
     assert bool(budget) is refused, [f.format() for f in findings]
     if refused:
         assert "object store" in budget[0].message and budget[0].variable == "hicache_l3_budget_gb"
+
+
+@pytest.mark.parametrize("sections,refused", [
+    ({"obj": {"active": True, "bucket": "b"}}, True),  # the first active section is the plugin (nixl_utils.py get_specified_plugin)
+    ({"posix": {"active": False}, "obj": {"active": "true", "bucket": "b"}}, True),
+    ({"posix": {"active": True}, "obj": {"active": True, "bucket": "b"}}, False),  # POSIX comes first: files
+    ({"obj": {"bucket": "b"}, "posix": {"active": True}}, False),
+])
+def test_a_budget_is_refused_where_the_extra_configs_plugin_section_picks_nixls_object_plugin(sections, refused):
+    from hicachectl.rules import nixl
+
+    variables = {**_local(), "hicache_storage_backend": "nixl", "hicache_l3_budget_gb": 10, "hicache_extra_config": {"plugin": sections}}
+    d, findings = rules.check_host("h", variables)
+    budget = [f for f in findings if f.rule == "l3-budget" and f.level == rules.ERROR]
+    assert bool(budget) is refused, [f.format() for f in findings]
+    if d is not None:
+        assert (nixl.plugin_in_effect(d) == "OBJ") is refused
