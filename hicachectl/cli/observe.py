@@ -164,7 +164,7 @@ def verify_verdict(outcomes: Mapping[str, Any], l3: bool) -> dict[str, Any]:
         if verdict is None:
             why = common.said(outcome.failures) or ("not verified: the proof stops restarting servers after a failed batch"
                                                     if l3 and outcome.status == "not run" else outcome.status)
-            hosts[host] = {"ok": False, "status": outcome.status if outcome.status != "ok" else "failed", "error": why, "checks": []}
+            hosts[host] = {"ok": False, "status": outcome.status if outcome.status != "ok" else "failed", "error": why, "checks": [], "findings": []}
             code = common.EXIT_NOT_CHECKED  # whatever the others
             continue
         # A tolerated gap: a check not made (the host cannot tell or cannot do it), or one made and not met (`checked`: a

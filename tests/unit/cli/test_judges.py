@@ -186,7 +186,7 @@ def test_verify_a_host_not_checked_is_exit_2_whatever_the_others(first):
     ordered = dict(sorted(hosts.items(), key=lambda kv: kv[0] != first))
     verdict = cli_observe.verify_verdict(ordered, l3=False)
     assert verdict["exit_code"] == 2
-    assert verdict["hosts"]["unchecked"] == {"ok": False, "status": "failed", "error": "Ask /health (gpu): timed out", "checks": []}
+    assert verdict["hosts"]["unchecked"] == {"ok": False, "status": "failed", "error": "Ask /health (gpu): timed out", "checks": [], "findings": []}
     assert any(line.startswith("unchecked  -") and "error" in line and "Ask /health (gpu): timed out" in line
                for line in verdict["lines"][0].splitlines())
 

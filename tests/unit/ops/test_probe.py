@@ -133,6 +133,6 @@ def test_an_answer_that_is_not_http_or_is_cut_short_is_minus_one_not_a_failed_pr
 def test_each_answer_says_how_long_it_took_and_a_slow_one_takes_longer(server):
     """verify times the proof prompt's prefill against its answer from L3 with these `seconds` (is L3 worth it?)."""
     answers = probe.ask_all([{"name": "fast", "url": f"{server}/health"}, {"name": "slow", "url": f"{server}/slow"}])
-    assert 0 < answers["fast"]["seconds"] < 0.25 <= answers["slow"]["seconds"]
+    assert 0 < answers["fast"]["seconds"] < answers["slow"]["seconds"] and answers["slow"]["seconds"] >= 0.3  # its sleep, at least
     url = f"http://127.0.0.1:{closed_port()}"
     assert "seconds" not in probe.ask_all([{"name": "none", "url": url, "timeout": 5}])["none"]  # nothing answered: no time

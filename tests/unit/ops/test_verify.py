@@ -515,9 +515,9 @@ def timed(answer, seconds):
 
 
 def test_l3_that_answers_sooner_than_recompute_says_both_times_and_finds_nothing(local):
-    result = verify.judge(local, observations(local, fill=timed(chat(300), 0.8), reuse=timed(chat(300, cached=256), 0.2)), l3=True)
+    result = verify.judge(local, observations(local, recompute=timed(chat(300), 0.8), reuse=timed(chat(300, cached=256), 0.2)), l3=True)
     hit = next(c for c in result["checks"] if c["check"] == "L3 hit after restart")
-    assert hit["status"] == "pass" and hit["detail"].endswith("in 0.20 s against 0.80 s to compute it")
+    assert hit["status"] == "pass" and hit["detail"].endswith("in 0.20 s against 0.80 s to compute a prompt as long")
     assert result["findings"] == []
 
 
@@ -525,33 +525,44 @@ def test_l3_that_answers_sooner_than_recompute_says_both_times_and_finds_nothing
 def test_l3_slower_than_recompute_is_a_finding_with_benchs_levers_and_the_servers_values(local, loaded):
     info = {"page_size": 64, "served_model_name": local.served_name, "hicache_storage_prefetch_policy": "wait_complete",
             "hicache_storage_backend": "file", "hicache_storage_backend_extra_config": '{"prefetch_threshold": 128}'}
-    result = verify.judge(local, observations(local, fill=timed(chat(300), 0.8), reuse=timed(chat(300, cached=256), loaded),
+    result = verify.judge(local, observations(local, recompute=timed(chat(300), 0.8), reuse=timed(chat(300, cached=256), loaded),
                                               info_after=answered(json=info)), l3=True)
     assert result["ok"]  # the pages came back: the proof holds; whether they pay is a finding beside it
     (found,) = result["findings"]
     assert found["finding"] == "l3-slower-than-recompute" and found["host"] == local.inventory_host
     assert found["seconds"] == {"recompute": 0.8, "l3": loaded}
-    assert f"in {loaded:.2f} s after the restart, against 0.80 s to compute it" in found["message"]
+    assert f"in {loaded:.2f} s after the restart, against 0.80 s to compute a new prompt as long on the same server" in found["message"]
+    assert "a short prompt favours recompute" in found["message"]
     now = {lever["lever"]: lever["now"] for lever in found["levers"]}
     assert now["--hicache-storage-prefetch-policy"] == "wait_complete" and now["--hicache-storage-backend"] == "file"
     assert now["prefetch_threshold (--hicache-storage-backend-extra-config)"] == 128 and "--page-size" in now
 
 
 def test_l3_timing_is_judged_only_on_a_proof_that_held_and_on_answers_that_were_timed(local):
-    no_hit = observations(local, fill=timed(chat(300), 0.1), reuse=timed(chat(300, cached=0), 5.0),
+    no_hit = observations(local, recompute=timed(chat(300), 0.1), reuse=timed(chat(300, cached=0), 5.0),
                           reuse_metrics=answered(content=metrics_text(backuped=256, storage=0)))
     result = verify.judge(local, no_hit, l3=True)
     assert not result["ok"] and result["findings"] == []  # a failed proof is its own cause, not a slow tier
     untimed = verify.judge(local, observations(local, reuse=timed(chat(300, cached=256), 5.0)), l3=True)
-    assert untimed["ok"] and untimed["findings"] == [] and "to compute it" not in untimed["checks"][-1]["detail"]
-    failed_fill = observations(local, fill=timed(answered(status=-1), 0.01), reuse=timed(chat(300, cached=256), 5.0))
-    assert verify.judge(local, failed_fill, l3=True)["findings"] == []
-    assert verify.judge(local, observations(local, fill=timed(chat(300), 0.1), reuse=timed(chat(300, cached=256), 5.0)), l3=False)["findings"] == []
+    assert untimed["ok"] and untimed["findings"] == [] and "to compute" not in untimed["checks"][-1]["detail"]
+    failed = observations(local, recompute=timed(answered(status=-1), 0.01), reuse=timed(chat(300, cached=256), 5.0))
+    assert verify.judge(local, failed, l3=True)["findings"] == []
+    assert verify.judge(local, observations(local, recompute=timed(chat(300), 0.1), reuse=timed(chat(300, cached=256), 5.0)), l3=False)["findings"] == []
 
 
-def test_across_servers_the_recompute_is_the_writers_and_says_so():
+def test_the_recompute_is_this_servers_own_not_the_writers_first_answer():
+    """Across servers the writer may be another GPU, and its answer was not its first after a restart: the proof's answer
+    from L3 is timed against a prompt as long computed by the same server, after the same restart."""
     writer, reader = shared_pair()
-    obs = shared_obs(writer, reader, fill=timed(chat(300), 0.5))
-    obs["reuse"] = timed(obs["reuse"], 0.9)
+    obs = shared_obs(writer, reader, fill=timed(chat(300), 0.1), recompute=timed(chat(272), 1.5))
+    obs["reuse"] = timed(obs["reuse"], 0.9)  # slower than the writer computed it, faster than this server does
     result = verify.judge(reader, obs, l3=True, writer=writer)
-    assert "against 0.50 s to compute it on gpu-1" in result["findings"][0]["message"]
+    assert result["ok"] and result["findings"] == []
+    assert result["checks"][-1]["detail"].startswith("256 of 272 prompt tokens cached") and "against 1.50 s" in result["checks"][-1]["detail"]
+
+
+def test_the_recompute_prompt_is_as_long_as_the_proofs_and_new_to_every_server(local):
+    planned = verify.plan(local, "run-1")
+    proof, recompute = planned["l3_probe"]["messages"][0]["content"], planned["recompute_probe"]["messages"][0]["content"]
+    assert len(recompute.split()) == len(proof.split()) and recompute != proof
+    assert recompute.split()[0] != proof.split()[0] and verify.plan(local, "run-2")["recompute_probe"] != planned["recompute_probe"]
