@@ -193,7 +193,7 @@ class Row:
     used_by: tuple[str, ...] = ()
     prune: bool = False  # --prune removes it
     why_kept: str = ""  # an unused directory --prune leaves: why
-    last_read: float | None = None  # newest atime of its files: the last read the filesystem recorded (relatime: see HEADERS)
+    last_read: float | None = None  # newest atime after its file's last write: the last read recorded (see HEADERS)
 
     def cells(self) -> list[str]:
         who = ", ".join(self.used_by) if self.used_by else ""
@@ -208,9 +208,10 @@ class Row:
                 "last_read": when(self.last_read) if self.last_read else None}
 
 
-# The last read is the newest atime: relatime (the default) records the first read after a write, then one a day; noatime
-# none; an NFS client's reads from its own page cache never reach the server. SGLang never sets a page's times itself.
-HEADERS = ["tier", "namespace", "size", "pages", "last use (newest page written)", "last read (newest atime)", "used by"]
+# The last read is the newest atime later than its file's mtime (none: written, never read since). The filesystem holding
+# the files records it: relatime (the default) the first read after a write, then one a day; noatime none; on NFS the
+# server's export filesystem, and a client's reads from its own page cache never reach it. SGLang never sets a page's times.
+HEADERS = ["tier", "namespace", "size", "pages", "last use (newest page written)", "last read (atime since written)", "used by"]
 
 
 def age(minutes: float) -> str:

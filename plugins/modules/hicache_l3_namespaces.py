@@ -72,8 +72,10 @@ options:
 notes:
   - Supports check mode (C(pruned) reports what it would remove and removes nothing).
   - Bytes are apparent sizes (st_size); the newest mtime is the last time a page was written (a read does not change it), the
-    newest atime the last read the filesystem recorded (relatime, the default, records the first read after a write and then
-    one a day; noatime none; an NFS client's reads from its own page cache never reach the server).
+    newest atime of a file later than its mtime the last read recorded since a write (none: written, never read). The
+    filesystem that holds the files records it: with relatime (the default) the first read after a write and then one a
+    day, with noatime none; on NFS the server's export filesystem decides, and a client's reads from its own page cache
+    never reach the server.
 author: hicache-deploy developers (@hicache-deploy)
 """
 
@@ -184,7 +186,8 @@ def page_of(name, path):
 
 def walk(path):
     """(bytes, files, newest mtime or None, entries that could not be read, directories on another filesystem, pages,
-    newest atime or None) under a directory, symlinks not followed and other filesystems not entered."""
+    newest atime of a file read since it was written, or None) under a directory, symlinks not followed and other
+    filesystems not entered."""
     total = files = errors = mounts = 0
     pages = set()
     newest = read = None
@@ -209,7 +212,8 @@ def walk(path):
                             total += st.st_size
                             files += 1
                             newest = st.st_mtime if newest is None else max(newest, st.st_mtime)
-                            read = st.st_atime if read is None else max(read, st.st_atime)
+                            if st.st_atime > st.st_mtime:  # read since written (a new file's atime is its creation)
+                                read = st.st_atime if read is None else max(read, st.st_atime)
                             pages.add(page_of(entry.name, entry.path))
                     except OSError:  # gone meanwhile (a server replacing a page) or unreadable
                         errors += 1
@@ -262,7 +266,8 @@ def listing(path, mounts=None):
                     top["files"] += 1
                     top_pages.add(page_of(entry.name, entry.path))
                     top["newest"] = st.st_mtime if top["newest"] is None else max(top["newest"], st.st_mtime)
-                    top["newest_read"] = st.st_atime if top["newest_read"] is None else max(top["newest_read"], st.st_atime)
+                    if st.st_atime > st.st_mtime:
+                        top["newest_read"] = st.st_atime if top["newest_read"] is None else max(top["newest_read"], st.st_atime)
                 else:
                     top["other"] += 1
             except OSError:
