@@ -473,3 +473,6 @@ def test_a_first_plan_of_identical_hosts_is_one_hosts_long_though_each_file_name
     # the same name inside a longer word is not the host's name: those differ
     word = {n: HostResult(n, changed=1, reached=True, changes=[Change("t", None, [{"before": "", "after": f"rack {n}x"}])]) for n in ("a", "b")}
     assert len(cli_common._same_changes(sorted(word.items()), hidden=[])) == 2
+    # a name at the start of a line is a whole word too (the texts are compared before they are JSON, where \n is "\\n")
+    lines = {n: HostResult(n, changed=1, reached=True, changes=[Change("t", None, [{"before": "", "after": f"top\n{n}\n"}])]) for n in ("a", "b")}
+    assert [names for names, _, _ in cli_common._same_changes(sorted(lines.items()), hidden=[])] == ["a, b"]

@@ -303,13 +303,24 @@ def _same_changes(hosts, hidden) -> list[tuple[str, list, str]]:
     from hicachectl.config import secrets
     from hicachectl.rules import compact_hosts
 
+    def without(name: str, value):
+        """`value` with the host's name (a whole word: gpu-1 is not in gpu-10) and installed.json's config_hash (a digest
+        of the files, so it differs with the name they hold: sglang_server.deployed) set aside, in every string it holds."""
+        if isinstance(value, str):
+            value = re.sub(rf"(?<![\w.-]){re.escape(name)}(?![\w.-])", "\0", value)
+            return re.sub(r'("config_hash": ")[0-9a-f]{16}"', r'\1#"', value)
+        if isinstance(value, dict):
+            return {k: without(name, v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [without(name, v) for v in value]
+        return value
+
     groups: dict[str, list] = {}
     for name, host in hosts:
         if host.changes:
-            text = secrets.mask_text(jsonlib.dumps([[c.task, c.item, c.diff] for c in host.changes], sort_keys=True, default=str), hidden)
-            key = re.sub(rf"(?<![\w.-]){re.escape(name)}(?![\w.-])", "\0", text)  # the name as a whole word only
-            # installed.json's config_hash digests the files, so it differs with the name they hold (sglang_server.deployed)
-            key = re.sub(r"(config_hash\W+)[0-9a-f]{16}", r"\1#", key)
+            changes = [[c.task, c.item, c.diff] for c in host.changes]
+            text = secrets.mask_text(jsonlib.dumps(changes, sort_keys=True, default=str), hidden)
+            key = secrets.mask_text(jsonlib.dumps(without(name, changes), sort_keys=True, default=str), hidden)
             group = groups.setdefault(key, [name, host.changes, [], set()])
             group[2].append(name)
             group[3].add(text)
