@@ -24,10 +24,7 @@ import sglang_pages  # noqa: E402  the stand-in's model (its page bytes), no tor
 import sglang_standin  # noqa: E402  the route and log line of SGLang's L3 clear
 
 PREFILL_US, LOAD_US, PAGE, WORDS = 1000, 200, 64, 2000  # sleeps of 0.4-2 s: HTTP costs stay far below 10%
-# The stand-in's model as a config.json: K and V of 1 head of 128 bf16 values in 4 layers, 2048 bytes per token
-STANDIN_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": sglang_pages.MODEL["layer_num"],
-                  "num_attention_heads": sglang_pages.MODEL["head_num"], "num_key_value_heads": sglang_pages.MODEL["head_num"],
-                  "head_dim": sglang_pages.MODEL["head_dim"], "hidden_size": sglang_pages.MODEL["head_dim"], "torch_dtype": "bfloat16"}
+STANDIN_CONFIG = sglang_pages.CONFIG_JSON  # the stand-in's model as a config.json: 2048 bytes per token
 STANDIN_BYTES_PER_TOKEN = 2 * 4 * 1 * 128 * 2
 
 

@@ -17,6 +17,9 @@ import time
 import pytest
 from support import ROOT
 
+sys.path.insert(0, str(ROOT / "tests/standin"))
+import sglang_pages  # noqa: E402  the stand-in's model (its config.json), no torch at import
+
 MODULE_PATH = ROOT / "plugins/modules/hicache_tier_bench.py"
 _spec = importlib.util.spec_from_file_location("hicache_tier_bench_under_test", MODULE_PATH)
 mod = importlib.util.module_from_spec(_spec)
@@ -169,8 +172,7 @@ def _inventory(tmp_path, **extra):
     (inv / "hosts.yml").write_text((ROOT / "inventories/local/hosts.yml").read_text())
     variables = yaml.safe_load((ROOT / "inventories/local/group_vars/all.yml").read_text())
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 4, "num_attention_heads": 1,
-                                  "num_key_value_heads": 1, "head_dim": 128, "hidden_size": 128, "torch_dtype": "bfloat16"}))
+    config.write_text(json.dumps(sglang_pages.CONFIG_JSON))
     variables.update(hicache_base_dir=str(tmp_path / "base"), hicache_cache_dir=str(tmp_path / "tier"), hicache_page_size=64,
                      hicache_model_config=str(config), **extra)
     (inv / "group_vars/all.yml").write_text(yaml.safe_dump(variables))
@@ -198,24 +200,43 @@ def test_bench_tier_reads_the_servers_tier_through_the_playbook_as_its_backend_r
     assert list((tmp_path / "tier").iterdir()) == []  # the tier as it was
 
 
-@pytest.mark.slow  # the CLI, a whole playbook (validate, then the module) through ansible-runner
-def test_bench_tier_only_reads_every_servers_tier_with_no_server_and_says_the_share_is_not_measured(tmp_path):
-    """`bench -i NAME --tier-only`: the tier before its servers run (no server answers here), read as the backend reads it;
-    SGLang's share is said to be not measured, never a number. Usage errors are refused before any host is contacted."""
+@pytest.mark.slow  # the CLI, whole playbooks (validate, then the module) through ansible-runner
+def test_bench_tier_only_reads_each_tier_once_with_no_server_and_says_the_share_is_not_measured(tmp_path):
+    """`bench -i NAME --tier-only`: each tier read once, by its first server, with no server running (no server answers
+    here), as its backend reads it; servers of one hicache_l3_share are one tier (the others skipped: two readers would
+    share its bandwidth), a server without a file tier is skipped, SGLang's share is said to be not measured, never a
+    number. Usage errors are refused before any host is contacted."""
+    import yaml
     from support import cli
 
     inv = _inventory(tmp_path, hicache_storage_backend="nixl")
+    (tmp_path / "tier-b").mkdir()
+    hosts = yaml.safe_load((inv / "hosts.yml").read_text())
+    servers = hosts["all"]["children"]["hicache_servers"]["hosts"]
+    for name in ("peer", "plain"):  # this machine again, under other names (connection local)
+        servers[name] = dict(servers["localhost"])
+    (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    (inv / "host_vars").mkdir()
+    (inv / "host_vars/peer.yml").write_text(yaml.safe_dump({"hicache_storage_backend": "file", "hicache_cache_dir": str(tmp_path / "tier-b")}))
+    (inv / "host_vars/plain.yml").write_text(yaml.safe_dump({"hicache_storage_backend": None}))
     run = cli("bench", "--inventory", str(inv), "--tier-only", check_rc=0)
-    assert run.stdout.count("L3 tier of localhost: ") == 1 and " GB/s raw (" in run.stdout, run.stdout
-    assert "SGLang's share of it: not measured (--tier-only benched no server" in run.stdout
+    for name in ("localhost", "peer"):  # two tiers: each read by its one server
+        assert run.stdout.count(f"L3 tier of {name}: ") == 1 and f"L3 tier of {name}: not" not in run.stdout, run.stdout
+    assert "L3 tier of plain: skipped: hicache_storage_backend None" in run.stdout, run.stdout
+    assert run.stdout.count(" GB/s raw (") == 2 and "SGLang's share of it: not measured (--tier-only benched no server" in run.stdout
+    # one tier shared by the three: read once, by its first server
+    for name in ("peer", "plain"):
+        (inv / f"host_vars/{name}.yml").write_text(yaml.safe_dump({"hicache_l3_share": "one"}))
+    (inv / "host_vars/localhost.yml").write_text(yaml.safe_dump({"hicache_l3_share": "one"}))
     report = json.loads(cli("bench", "--inventory", str(inv), "--tier-only", "--json", check_rc=0).stdout)
     assert report["tier_share"] is None and report["tier"]["localhost"]["gbps"] > 0 and report["tier"]["localhost"]["read_bytes"] == 64 * 2048 // 2
-    assert list((tmp_path / "tier").iterdir()) == []  # the tier as it was
+    assert report["tier"]["peer"] == report["tier"]["plain"] == {"skipped": "its tier one is read through localhost"}, report["tier"]
+    assert list((tmp_path / "tier").iterdir()) == [] and list((tmp_path / "tier-b").iterdir()) == []  # the tiers as they were
     for args, said in ((("--tier-only", "--url", "http://127.0.0.1:9"), "--tier-only needs --inventory"),
-                       (("--inventory", str(inv), "--tier-only", "--router"), "--tier-only benches no server")):
+                       (("--inventory", str(inv), "--tier-only", "--router"), "--tier-only benches no server"),
+                       (("--inventory", str(inv), "--tier-only", "--tier"), "not --tier")):
         refused = cli("bench", *args, check_rc=2)
         assert said in refused.stderr + refused.stdout, refused
-    import yaml
     (tmp_path / "bare").mkdir()
     no_config = _inventory(tmp_path / "bare", hicache_storage_backend="nixl")
     variables = yaml.safe_load((no_config / "group_vars/all.yml").read_text())

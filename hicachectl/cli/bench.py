@@ -33,9 +33,9 @@ def bench(inventory: str | None = typer.Option(None, "--inventory", "-i", help="
           tier: bool = typer.Option(False, "--tier", help="With --inventory: also read each benched server's L3 tier as its backend reads it "
                                     "(page files, O_DIRECT and queue depth as the backend; fio where the host has it) and say what share of "
                                     "that raw bandwidth SGLang's backend reached."),
-          tier_only: bool = typer.Option(False, "--tier-only", help="With --inventory: only read each server's L3 tier as --tier does (every "
-                                         "server, or --host's), benching no server: a tier before its servers are deployed, or one without "
-                                         "them; SGLang's share of the bandwidth is then not measured."),
+          tier_only: bool = typer.Option(False, "--tier-only", help="With --inventory: only read the L3 tiers as --tier does (each tier once, by "
+                                         "its first server, or --host's), benching no server: a tier before its servers are deployed, or one without "
+                                         "them; SGLang's share of the bandwidth is then not measured. Takes -i, --host, --model-config, --tier-bytes, --json."),
           tier_bytes: int = typer.Option(1 << 30, "--tier-bytes", help="With --tier: bytes written to and read from each tier (removed after)."),
           host_phase: bool = typer.Option(True, "--host-phase/--no-host-phase", help="Before the third phase, send unique filler prompts "
                                           "of more tokens than each server's GPU pool, so the prompts come back from host memory "
@@ -69,15 +69,16 @@ def bench(inventory: str | None = typer.Option(None, "--inventory", "-i", help="
         raise common.usage(f"--input-len {input_len}: give at least 1.")
     if (tier or tier_only) and inventory is None:
         raise common.usage(f"{'--tier-only' if tier_only else '--tier'} needs --inventory (the tier is read on the server's host, through Ansible).")
-    if tier_only and router:
-        raise common.usage("--tier-only benches no server: give --host or nothing (every server's tier), not --router.")
+    if tier_only and (router or tier):
+        raise common.usage(f"--tier-only benches no server: give --host or nothing (every tier), not {'--router' if router else '--tier'}.")
     if tier_bytes < 1:
         raise common.usage(f"--tier-bytes {tier_bytes}: give at least 1.")
     if model_config is not None and not model_config.exists():
         raise common.usage(f"--model-config {model_config}: no such file or directory.")
     if tier_only:
-        tiers = _tier_bench(inventory, host, False, str(model_config) if model_config else None, tier_bytes, every=host is None)
-        code = common.EXIT_INVALID if not tiers or any(r.get("gbps") is None for r in tiers.values()) else common.EXIT_OK
+        tiers = _tier_bench(inventory, host, False, str(model_config) if model_config else None, tier_bytes, every=True)
+        measured = [r for r in tiers.values() if r.get("gbps") is not None]
+        code = common.EXIT_INVALID if not measured or any(r.get("gbps") is None and "skipped" not in r for r in tiers.values()) else common.EXIT_OK
         common.finish(code, json, {"tier": tiers, "tier_share": None},
                       [*benching.tier_lines(tiers, None), "SGLang's share of it: not measured (--tier-only benched no server; "
                                                            "`hicachectl bench -i ... --tier` measures both)"])
@@ -129,21 +130,30 @@ def bench(inventory: str | None = typer.Option(None, "--inventory", "-i", help="
 
 def _tier_bench(inventory: str, host: str | None, through_router: bool, model_config: str | None, total: int,
                 every: bool = False) -> dict[str, dict]:
-    """bench --tier: playbooks/bench_tier.yml on the benched server (with --router, or `every` for --tier-only, every
-    server at once, as they read in the L3 phase), each reading its tier as its backend does (ops/bench.py tier_reads);
-    host -> the module's result, or {"why": ...} where it could not be read."""
+    """bench --tier: playbooks/bench_tier.yml on the benched server (with --router, every server at once, as they read
+    in the L3 phase), each reading its tier as its backend does (ops/bench.py tier_reads); host -> the module's result,
+    or {"why": ...} where it could not be read. `every` (--tier-only): each tier once, by its first server (servers of
+    one hicache_l3_share are one tier: two readers would share its bandwidth), the others {"skipped": why}, as is a
+    server whose pages are not files on a tier."""
     from hicachectl.cli import runner
     from hicachectl.ops import bench as benching
+    from hicachectl.plans import l3_collector
 
     inv, deployments = common.guard(inventory, None if through_router else host)
     if not through_router and not every:
         deployments = dict([next(iter(deployments.items()))])
-    out, plan = {}, {}
-    for name, d in deployments.items():
+    out, plan, readers = {}, {}, {}
+    for name, d in sorted(deployments.items()) if every else deployments.items():
         reads, how = benching.tier_reads(d, model_config or d.model_config)
-        if reads is None:
+        tier = l3_collector.tier_name(name, d)
+        if every and d.storage_backend not in ("file", "nixl"):
+            out[name] = {"skipped": how}
+        elif every and tier in readers:
+            out[name] = {"skipped": f"its tier {tier} is read through {readers[tier]}"}
+        elif reads is None:
             out[name] = {"why": how}
         else:
+            readers[tier] = name
             plan[name] = {**reads, "total_bytes": total}
             out[name] = {"reads": how}
     if plan:

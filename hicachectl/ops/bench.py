@@ -737,6 +737,9 @@ def tier_share(rows: list[dict[str, Any]], tier: dict[str, dict[str, Any]]) -> d
 def tier_lines(tier: dict[str, dict[str, Any]], share: dict[str, Any] | None) -> list[str]:
     lines = []
     for host, r in tier.items():
+        if "skipped" in r:
+            lines.append(f"L3 tier of {host}: skipped: {r['skipped']}")
+            continue
         if r.get("gbps") is None:
             lines.append(f"L3 tier of {host}: not measured: {r.get('why') or 'no result'}")
             continue

@@ -359,4 +359,9 @@ def test_the_tier_collector_evicts_whole_nixl_pages_across_their_buckets(nixl_ti
     report = json.loads(run.stdout.splitlines()[-1])
     left = nixl_pages(t.nixl_root / new)  # every page left whole: both parts, NIXL's names and buckets
     assert set(left) < set(pages) and len(left) <= keep and report["removed"][new]["pages"] == len(pages) - len(left)
+    # and no page more than the budget needs: what is left (the namespace's files on disk, with everything else on the
+    # tier) is within it, and one page more would not be
+    held = sum(p.stat().st_size for p in (t.nixl_root / new).rglob("*") if p.is_file())
+    assert report["bytes"][new] == held == len(left) * PAGE_BYTES and report["total_bytes"] == held + report["other_bytes"], report
+    assert report["total_bytes"] <= config["budget_bytes"] < report["total_bytes"] + PAGE_BYTES, report
     assert sorted(p.name for p in (t.nixl_root / new).iterdir()) == BUCKETS and nixl_files(t.nixl_root / "3c") == outside

@@ -32,6 +32,11 @@ import types
 # The model whose pages are written: small, and a page of 4 tokens or more is a multiple of 4096 bytes, so NIXL's
 # O_DIRECT zero-copy path (is_stride_page_aligned) runs as on a real server.
 MODEL = {"layer_num": 4, "head_num": 1, "head_dim": 128}
+# The same model as its config.json, for what sizes pages from one (hicache_model_config, bench --model-config): K and V
+# of 1 head of 128 bf16 values in 4 layers, 2048 bytes per token.
+CONFIG_JSON = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": MODEL["layer_num"],
+               "num_attention_heads": MODEL["head_num"], "num_key_value_heads": MODEL["head_num"], "head_dim": MODEL["head_dim"],
+               "hidden_size": MODEL["head_dim"], "torch_dtype": "bfloat16"}
 POOL_PAGES = 128  # SGLang's STORAGE_BATCH_SIZE: the most pages one storage call moves
 # Where the stand-in finds SGLang (install_standin writes it on a test host; STANDIN_SGLANG_PATH overrides it).
 PATH_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sglang_path")

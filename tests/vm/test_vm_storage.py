@@ -165,36 +165,31 @@ def test_a_second_converge_changes_nothing_and_verify_passes(bed):
 def test_bench_tier_only_reads_the_nfs_over_rdma_mount_as_nixl_does(bed):
     """#35: `hicachectl bench --tier-only` on the VAST-shaped mount (NFS v3 over Soft-RoCE, nconnect 4), through the CLI
     and playbooks/bench_tier.yml as an operator runs it: K/V-sized files (half a page of the model's config) read with
-    O_DIRECT at NIXL's queue depth, in the server's namespace directory; the raw GB/s, and SGLang's share said not
+    O_DIRECT at NIXL's queue depth, in a directory of its own under the tier; the raw GB/s, and SGLang's share said not
     measured (no SGLang server runs in this VM: its GPU server cannot); nothing left behind."""
     import subprocess
     import sys
 
-    from hicachectl.config import namespace
+    sys.path.insert(0, str(ROOT / "tests/standin"))
+    import sglang_pages  # the stand-in's model, no torch at import
 
     config = bed.workdir / "model-config.json"  # 4 layers, 1 KV head of 128 in bf16: 2 KiB a token, 128 KiB a page of 64
-    config.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 4, "num_attention_heads": 1,
-                                  "num_key_value_heads": 1, "head_dim": 128, "hidden_size": 128, "torch_dtype": "bfloat16"}))
+    config.write_text(json.dumps(sglang_pages.CONFIG_JSON))
     variables = vast(hicache_storage_backend="nixl", hicache_model_config=str(config), hicache_page_size=64,
                      hicache_image="lmsysorg/sglang:v0.5.23-cu129", hicache_sglang_version="0.5.23", hicache_model_path="/models/tiny",
                      hicache_served_model_name="tiny")
     d, findings = rules.check_host(bed.client.name, variables)
     assert d is not None and not rules.has_errors(findings), [f.format() for f in findings]
-    server_dir = namespace.host_dir(d)
-    assert server_dir.startswith(POINT + "/")
-    bed.client.ssh(f"mkdir -p {server_dir}", check=True)  # as a deploy makes it (the server role does not run on this bed)
-    try:
-        run = subprocess.run([sys.executable, "-m", "hicachectl", "bench", "--inventory", str(bed.inventory("tier", variables)), "--tier-only",
-                              "--tier-bytes", str(64 << 20), "--json"], stdin=subprocess.DEVNULL, capture_output=True, text=True, cwd=ROOT, timeout=1200)
-        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-        tier = json.loads(run.stdout)["tier"][bed.client.name]
-        print(f"bench --tier-only on NFS v3 over Soft-RoCE: {tier['gbps']:.3f} GB/s ({tier['method']}, {tier['files']} files of "
-              f"{tier['read_bytes']} B, depth {tier['queue_depth']}, O_DIRECT {tier['direct']})")
-        assert tier["gbps"] > 0 and tier["read_bytes"] == 64 * 2048 // 2 and tier["queue_depth"] == 256 and tier["direct"] is True
-        assert tier["bytes"] == tier["read_bytes"] * tier["files"] >= 64 << 20 and json.loads(run.stdout)["tier_share"] is None
-        assert bed.client.ssh(f"ls -A {server_dir}").stdout.strip() == ""  # its files removed after the reads
-    finally:
-        bed.client.ssh(f"rmdir {server_dir}")
+    before = bed.client.ssh(f"ls -A {POINT}").stdout.split()
+    run = subprocess.run([sys.executable, "-m", "hicachectl", "bench", "--inventory", str(bed.inventory("tier", variables)), "--tier-only",
+                          "--tier-bytes", str(64 << 20), "--json"], stdin=subprocess.DEVNULL, capture_output=True, text=True, cwd=ROOT, timeout=1200)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    tier = json.loads(run.stdout)["tier"][bed.client.name]
+    print(f"bench --tier-only on NFS v3 over Soft-RoCE: {tier['gbps']:.3f} GB/s ({tier['method']}, {tier['files']} files of "
+          f"{tier['read_bytes']} B, depth {tier['queue_depth']}, O_DIRECT {tier['direct']})")
+    assert tier["gbps"] > 0 and tier["read_bytes"] == 64 * 2048 // 2 and tier["queue_depth"] == 256 and tier["direct"] is True
+    assert tier["bytes"] == tier["read_bytes"] * tier["files"] >= 64 << 20 and json.loads(run.stdout)["tier_share"] is None
+    assert bed.client.ssh(f"ls -A {POINT}").stdout.split() == before  # its directory (.hicache-tier-bench-*) removed after the reads
     assert mount_entry(bed.client)["fstype"] == "nfs"  # read through the mount, which is still there
 
 
