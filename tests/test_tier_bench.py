@@ -200,38 +200,46 @@ def test_bench_tier_reads_the_servers_tier_through_the_playbook_as_its_backend_r
     assert list((tmp_path / "tier").iterdir()) == []  # the tier as it was
 
 
+def test_tier_only_reads_each_tier_once_by_its_first_server_and_skips_what_has_no_file_tier(tmp_path):
+    """--tier-only's plan: servers of one hicache_l3_share are one tier, read by the first by name (two readers would
+    each report their share of its bandwidth); a server alone is its own tier; a server whose pages are not files on a
+    tier is skipped; one that cannot be read (no model config) says why. --tier's plan (not once per tier) reads each."""
+    from helpers import deployment
+
+    from hicachectl.ops import bench as benching
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(sglang_pages.CONFIG_JSON))
+    model = {"model_config": str(config), "page_size": 64}
+    servers = {"gpu-2": deployment("local", l3_share="rack-a", storage_backend="nixl", **model),
+               "gpu-1": deployment("local", l3_share="rack-a", **model),
+               "gpu-3": deployment("local", **model),
+               "gpu-4": deployment("local", storage_backend=None, **model),
+               "gpu-5": deployment("local")}
+    plan, out = benching.tier_plan(servers, None, 1 << 20, once_per_tier=True)
+    assert sorted(plan) == ["gpu-1", "gpu-3"] and plan["gpu-1"] == {"read_bytes": 64 * 2048, "queue_depth": 1, "direct": False, "total_bytes": 1 << 20}
+    assert out["gpu-2"] == {"skipped": "its tier rack-a is read through gpu-1"}
+    assert out["gpu-4"]["skipped"].startswith("hicache_storage_backend None: its pages are not files")
+    assert out["gpu-5"]["why"].startswith("a read is one page's bytes")
+    every, _ = benching.tier_plan(servers, None, 1 << 20)
+    assert sorted(every) == ["gpu-1", "gpu-2", "gpu-3"]  # --tier with --router: every server, as they read in the L3 phase
+
+
 @pytest.mark.slow  # the CLI, whole playbooks (validate, then the module) through ansible-runner
-def test_bench_tier_only_reads_each_tier_once_with_no_server_and_says_the_share_is_not_measured(tmp_path):
-    """`bench -i NAME --tier-only`: each tier read once, by its first server, with no server running (no server answers
-    here), as its backend reads it; servers of one hicache_l3_share are one tier (the others skipped: two readers would
-    share its bandwidth), a server without a file tier is skipped, SGLang's share is said to be not measured, never a
-    number. Usage errors are refused before any host is contacted."""
+def test_bench_tier_only_reads_the_tier_with_no_server_and_says_the_share_is_not_measured(tmp_path):
+    """`bench -i NAME --tier-only`: the tier read with no server running (no server answers here), as its backend reads
+    it; SGLang's share is said to be not measured, never a number. Usage errors are refused before any host is
+    contacted; a tier that cannot be read is a failure that says why."""
     import yaml
     from support import cli
 
     inv = _inventory(tmp_path, hicache_storage_backend="nixl")
-    (tmp_path / "tier-b").mkdir()
-    hosts = yaml.safe_load((inv / "hosts.yml").read_text())
-    servers = hosts["all"]["children"]["hicache_servers"]["hosts"]
-    for name in ("peer", "plain"):  # this machine again, under other names (connection local)
-        servers[name] = dict(servers["localhost"])
-    (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
-    (inv / "host_vars").mkdir()
-    (inv / "host_vars/peer.yml").write_text(yaml.safe_dump({"hicache_storage_backend": "file", "hicache_cache_dir": str(tmp_path / "tier-b")}))
-    (inv / "host_vars/plain.yml").write_text(yaml.safe_dump({"hicache_storage_backend": None}))
     run = cli("bench", "--inventory", str(inv), "--tier-only", check_rc=0)
-    for name in ("localhost", "peer"):  # two tiers: each read by its one server
-        assert run.stdout.count(f"L3 tier of {name}: ") == 1 and f"L3 tier of {name}: not" not in run.stdout, run.stdout
-    assert "L3 tier of plain: skipped: hicache_storage_backend None" in run.stdout, run.stdout
-    assert run.stdout.count(" GB/s raw (") == 2 and "SGLang's share of it: not measured (--tier-only benched no server" in run.stdout
-    # one tier shared by the three: read once, by its first server
-    for name in ("peer", "plain"):
-        (inv / f"host_vars/{name}.yml").write_text(yaml.safe_dump({"hicache_l3_share": "one"}))
-    (inv / "host_vars/localhost.yml").write_text(yaml.safe_dump({"hicache_l3_share": "one"}))
+    assert run.stdout.count("L3 tier of localhost: ") == 1 and " GB/s raw (" in run.stdout, run.stdout
+    assert "SGLang's share of it: not measured (--tier-only benched no server" in run.stdout
     report = json.loads(cli("bench", "--inventory", str(inv), "--tier-only", "--json", check_rc=0).stdout)
     assert report["tier_share"] is None and report["tier"]["localhost"]["gbps"] > 0 and report["tier"]["localhost"]["read_bytes"] == 64 * 2048 // 2
-    assert report["tier"]["peer"] == report["tier"]["plain"] == {"skipped": "its tier one is read through localhost"}, report["tier"]
-    assert list((tmp_path / "tier").iterdir()) == [] and list((tmp_path / "tier-b").iterdir()) == []  # the tiers as they were
+    assert list((tmp_path / "tier").iterdir()) == []  # the tier as it was
     for args, said in ((("--tier-only", "--url", "http://127.0.0.1:9"), "--tier-only needs --inventory"),
                        (("--inventory", str(inv), "--tier-only", "--router"), "--tier-only benches no server"),
                        (("--inventory", str(inv), "--tier-only", "--tier"), "not --tier")):

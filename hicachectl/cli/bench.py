@@ -137,25 +137,11 @@ def _tier_bench(inventory: str, host: str | None, through_router: bool, model_co
     server whose pages are not files on a tier."""
     from hicachectl.cli import runner
     from hicachectl.ops import bench as benching
-    from hicachectl.plans import l3_collector
 
     inv, deployments = common.guard(inventory, None if through_router else host)
     if not through_router and not every:
         deployments = dict([next(iter(deployments.items()))])
-    out, plan, readers = {}, {}, {}
-    for name, d in sorted(deployments.items()) if every else deployments.items():
-        reads, how = benching.tier_reads(d, model_config or d.model_config)
-        tier = l3_collector.tier_name(name, d)
-        if every and d.storage_backend not in ("file", "nixl"):
-            out[name] = {"skipped": how}
-        elif every and tier in readers:
-            out[name] = {"skipped": f"its tier {tier} is read through {readers[tier]}"}
-        elif reads is None:
-            out[name] = {"why": how}
-        else:
-            readers[tier] = name
-            plan[name] = {**reads, "total_bytes": total}
-            out[name] = {"reads": how}
+    plan, out = benching.tier_plan(deployments, model_config, total, once_per_tier=every)
     if plan:
         common.say(f"reading the L3 tier of {', '.join(plan)} ({total:,} bytes each, removed after)")
         result = runner.run_playbook("bench_tier.yml", inv.path, limit=",".join(plan), hosts=list(plan),

@@ -66,6 +66,7 @@ from hicachectl.config import secrets, sizing
 from hicachectl.config.deployment import Deployment
 from hicachectl.formats import prompts
 from hicachectl.ops import metrics
+from hicachectl.plans import l3_collector
 
 # SGLang 0.5.23's names (observability/metrics_collector.py): the cache sources of sglang:cached_tokens_total
 # (report_cache_source, 2118-2130), the StorageMetricsCollector's L3-to-host tokens (2212) and per-op read GB/s (2325).
@@ -720,6 +721,29 @@ def tier_reads(d: Deployment, config: str | None) -> tuple[dict[str, Any] | None
     return ({"read_bytes": page // parts, "queue_depth": depth, "direct": direct},
             f"nixl backend: {'K or V of ' if parts == 2 else ''}a page, {page // parts:,} B per read, {'O_DIRECT' if direct else 'buffered'}, "
             f"{depth} in flight ({tp} rank(s) x min(kernel_queue_size {queue}, {parts * STORAGE_BATCH_SIZE} files per batch))")
+
+
+def tier_plan(deployments: dict[str, Deployment], model_config: str | None, total: int, *,
+              once_per_tier: bool = False) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """(what bench_tier.yml reads on each host: tier_reads and total_bytes, each host's entry of the report so far).
+    A server whose tier cannot be read gets {"why": ...}. `once_per_tier` (--tier-only): each tier (one
+    hicache_l3_share, or a server alone) read by its first server by name, the others {"skipped": why}, as is a server
+    whose pages are not files on a tier: two readers of one tier would each report their share of its bandwidth."""
+    plan, out, readers = {}, {}, {}
+    for name, d in sorted(deployments.items()) if once_per_tier else deployments.items():
+        reads, how = tier_reads(d, model_config or d.model_config)
+        tier = l3_collector.tier_name(name, d)
+        if once_per_tier and d.storage_backend not in ("file", "nixl"):
+            out[name] = {"skipped": how}
+        elif once_per_tier and tier in readers:
+            out[name] = {"skipped": f"its tier {tier} is read through {readers[tier]}"}
+        elif reads is None:
+            out[name] = {"why": how}
+        else:
+            readers[tier] = name
+            plan[name] = {**reads, "total_bytes": total}
+            out[name] = {"reads": how}
+    return plan, out
 
 
 def tier_share(rows: list[dict[str, Any]], tier: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
