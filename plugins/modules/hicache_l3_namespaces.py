@@ -72,8 +72,8 @@ options:
 notes:
   - Supports check mode (C(pruned) reports what it would remove and removes nothing).
   - Bytes are apparent sizes (st_size); the newest mtime is the last time a page was written (a read does not change it), the
-    newest atime of a file later than its mtime the last read recorded since a write (none: written, never read). The
-    filesystem that holds the files records it: with relatime (the default) the first read after a write and then one a
+    newest atime of a file later than its mtime the last read recorded since a write (none when written and never read). The
+    filesystem that holds the files records it, with relatime (the default) the first read after a write and then one a
     day, with noatime none; on NFS the server's export filesystem decides, and a client's reads from its own page cache
     never reach the server.
 author: hicache-deploy developers (@hicache-deploy)
