@@ -66,6 +66,7 @@ from hicachectl.config import secrets, sizing
 from hicachectl.config.deployment import Deployment
 from hicachectl.formats import prompts
 from hicachectl.ops import metrics
+from hicachectl.ops.l3 import listable
 from hicachectl.plans import l3_collector
 
 # SGLang 0.5.23's names (observability/metrics_collector.py): the cache sources of sglang:cached_tokens_total
@@ -697,7 +698,7 @@ def tier_reads(d: Deployment, config: str | None) -> tuple[dict[str, Any] | None
       files per batch); O_DIRECT unless use_direct_io (extra config) or SGLANG_HICACHE_NIXL_USE_DIRECT_IO says no
       (nixl_utils.py get_use_direct_io; environ.py: on by default)."""
     backend = d.storage_backend
-    if backend not in ("file", "nixl"):
+    if not listable(d):
         return None, f"hicache_storage_backend {backend}: its pages are not files under hicache_cache_dir"
     if not config:
         return None, "a read is one page's bytes: give the model's config.json (--model-config, or hicache_model_config)"
@@ -733,7 +734,7 @@ def tier_plan(deployments: dict[str, Deployment], model_config: str | None, tota
     for name, d in sorted(deployments.items()) if once_per_tier else deployments.items():
         reads, how = tier_reads(d, model_config or d.model_config)
         tier = l3_collector.tier_name(name, d)
-        if once_per_tier and d.storage_backend not in ("file", "nixl"):
+        if once_per_tier and not listable(d):
             out[name] = {"skipped": how}
         elif once_per_tier and tier in readers:
             out[name] = {"skipped": f"its tier {tier} is read through {readers[tier]}"}
