@@ -37,6 +37,11 @@ assert not missing, missing
 # the tables a worker would otherwise build on its first filter or test
 assert "bool" in filter_loader._cached_non_collection_wrappers and "truthy" in test_loader._cached_non_collection_wrappers
 assert "hicachectl.plans.storage" in sys.modules
+# the server's file templates, compiled here: a worker planning a server renders them without compiling
+from hicachectl.plans import sglang_server
+environment = sglang_server._environment()
+compiled = {template.name for template in environment.cache.values()}
+assert compiled == set(environment.list_templates()) and "start.sh.j2" in compiled, compiled
 print("ok")
 """
 

@@ -52,6 +52,15 @@ def _environment() -> jinja2.Environment:
     return env
 
 
+def compile_templates() -> None:
+    """Compile every template of the server's files now, into the environment's cache. Ansible forks a worker per task
+    and host, and a worker that plans the server (its files, its record paths) would compile them again for itself;
+    compiled in the controller process before the forks (the callback hicache_preload calls this), they are inherited."""
+    environment = _environment()
+    for name in environment.list_templates():
+        environment.get_template(name)
+
+
 def mount_unit_name(path) -> str:
     """The name systemd gives the mount unit of `path` (systemd-escape --path --suffix=mount, systemd.unit(5)):
     slashes become dashes, any byte but ASCII letters, digits, ':', '_' and '.' (and a leading '.') becomes \\xNN."""

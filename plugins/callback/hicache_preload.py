@@ -16,6 +16,7 @@ short_description: Load hicache-deploy's core once in the controller process
 description:
   - Imports the Python package hicache-deploy (hicachectl), which the collection's filters use, in the controller process
     when the callback loads, so the workers Ansible forks for each task inherit it instead of importing it per task.
+  - Compiles the templates of the server's files (start.sh, its unit, ...) there too, which every plan of a server renders.
   - Also loads Ansible's own filter and test plugins and this collection's filters, for the same reason. A worker
     otherwise builds the table of every builtin Jinja plugin again on its first filter or test (about a tenth of a
     worker's CPU in a no-op deploy).
@@ -74,6 +75,13 @@ for name in CORE_MODULES:
         importlib.import_module("hicachectl." + name)
     except ImportError:
         break
+else:
+    # The server's file templates (start.sh, the unit, ...), which every plan of a server renders: compiled once here.
+    # A template that does not compile is left to the plan that renders it, which names it.
+    try:
+        importlib.import_module("hicachectl.plans.sglang_server").compile_templates()
+    except Exception:  # noqa: BLE001, S110
+        pass
 
 
 def _remember_plugin_lookups() -> None:
