@@ -365,22 +365,23 @@ def _l3_write(d: Deployment, writer, obs: Mapping[str, Any]) -> tuple[dict[str, 
     return _check("L3 write", FAIL, f"{0 if written is None else written:.0f} tokens written{by} for a {prompt_tokens}-token prompt", cause), False
 
 
-def l3_checks(d: Deployment, obs: Mapping[str, Any], writer=None) -> list[dict[str, str]]:
-    """The L3 proof: a long prompt written to L3 by the writer (this host's own server, or the one before it
-    in its hicache_l3_share), this server restarted, the prompt hitting L3 here."""
+def l3_proof(d: Deployment, obs: Mapping[str, Any], writer=None) -> tuple[list[dict[str, str]], bool]:
+    """The L3 proof's checks: a long prompt written to L3 by the writer (this host's own server, or the one before it
+    in its hicache_l3_share), this server restarted, the prompt hitting L3 here; and whether the proof holds (its
+    pages came back from L3, every check passed)."""
     writer = d if writer is None or writer.inventory_host == d.inventory_host else writer
     shared = writer is not d
     if d.storage_backend is None:
-        return [_check("L3 write", FAIL, "no L3 tier configured", "set hicache_storage_backend (file, nixl or dynamic).")]
+        return [_check("L3 write", FAIL, "no L3 tier configured", "set hicache_storage_backend (file, nixl or dynamic).")], False
     if obs.get("restart_skipped"):
         return [_check("L3 persistence", FAIL, f"not proven: {obs['restart_skipped']}",
-                       "--l3 asked for the proof on every host; fix the failed batch and run `hicachectl verify --l3` again.")]
+                       "--l3 asked for the proof on every host; fix the failed batch and run `hicachectl verify --l3` again.")], False
     write, written = _l3_write(d, writer, obs)
     if not written:
-        return [write]
+        return [write], False
     checks = [write]
     if obs.get("restart_failed"):
-        return checks + [_check("restart", FAIL, obs["restart_failed"], f"`journalctl -u {d.service_name}` on the host.")]
+        return checks + [_check("restart", FAIL, obs["restart_failed"], f"`journalctl -u {d.service_name}` on the host.")], False
     checks.append(_check("restart", PASS, "server restarted and healthy: host and device caches are empty"))
     reuse = obs.get("reuse")
     before, after = (obs.get("reuse_metrics_before") or {}).get("content"), (obs.get("reuse_metrics") or {}).get("content")
@@ -400,11 +401,11 @@ def l3_checks(d: Deployment, obs: Mapping[str, Any], writer=None) -> list[dict[s
         if shared and differences:  # the pages were read though they are another format: the keys do not tell them apart
             return checks + [_check(name, FAIL, f"{detail}, from pages {writer.inventory_host} wrote in another format: " + "; ".join(differences),
                                     f"{d.inventory_host} read pages written for another page format (SGLang's file backend keys omit the KV dtype, "
-                                    "sglang#33268): wrong KV. Set hicache_l3_namespace: auto (or distinct names) on both.")]
+                                    "sglang#33268): wrong KV. Set hicache_l3_namespace: auto (or distinct names) on both.")], False
         timed = l3_timing(obs)
         if timed:
             detail += f", in {timed[1]:.2f} s against {timed[0]:.2f} s to compute a prompt as long"
-        return checks + [_check(name, PASS, detail + (f", written by {writer.inventory_host}" if shared else ""))]
+        return checks + [_check(name, PASS, detail + (f", written by {writer.inventory_host}" if shared else ""))], True
     keys = _keys_changed(_json(obs.get("info_before")), info_after)
     dropped = metrics.delta(after, before, lambda t: metrics.total(t, metrics.BACKUP_DROPPED)) or 0
     # Found in L3 but fewer tokens than the prefetch threshold, so SGLang loaded none (unified_radix_cache.py, 0.5.23:
@@ -441,7 +442,7 @@ def l3_checks(d: Deployment, obs: Mapping[str, Any], writer=None) -> list[dict[s
                  f"{writer.cache_dir} on {writer.inventory_host}?).")
     else:
         cause = "the pages written before the restart were not found: is the L3 directory the same mount after the restart, and the backend's namespace unchanged?"
-    return checks + [_check(name, FAIL, f"{cached} cached tokens, {hits or 0:.0f} loaded from storage", cause)]
+    return checks + [_check(name, FAIL, f"{cached} cached tokens, {hits or 0:.0f} loaded from storage", cause)], False
 
 
 def _seconds(answer: Any) -> float | None:
@@ -460,7 +461,7 @@ def l3_timing(obs: Mapping[str, Any]) -> tuple[float, float] | None:
 
 def l3_findings(d: Deployment, obs: Mapping[str, Any], writer=None) -> list[dict[str, Any]]:
     """Where reading the proof prompt from L3 was not faster than computing it: the finding bench makes (is L3 worth it
-    here?), from one request each, with bench's levers and the server's value of each. Made only on a passed L3 hit."""
+    here?), from one request each, with bench's levers and the server's value of each. Made only where the proof holds."""
     timed = l3_timing(obs)
     if not timed or timed[1] < timed[0]:
         return []
@@ -499,8 +500,8 @@ def judge(d: Deployment, obs: Mapping[str, Any], l3: bool, writer=None) -> dict[
         checks.append(found)
     found = []
     if l3 and _status(obs.get("health")) > 0:
-        proof = l3_checks(d, obs, writer)
+        proof, proven = l3_proof(d, obs, writer)
         checks += proof
-        if proof[-1]["check"].startswith("L3 hit") and proof[-1]["status"] == PASS:
+        if proven:
             found = l3_findings(d, obs, writer)
     return {"ok": all(c["status"] != FAIL for c in checks), "checks": checks, "findings": found}
