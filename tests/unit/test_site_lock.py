@@ -4,8 +4,6 @@ condition is evaluated here by Ansible's own templating, with the variables a ru
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
 import re
 import time
 
@@ -13,13 +11,12 @@ import pytest
 import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
+from helpers import load_plugin
+from support import ROOT
 
 from hicachectl.cli.change import LOCK_TASK
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("hicache_lock", ROOT / "plugins/modules/hicache_lock.py")
-hicache_lock = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(hicache_lock)
+hicache_lock = load_plugin("plugins/modules/hicache_lock.py")
 
 
 def _deploy_play_lock() -> dict:
